@@ -1,0 +1,279 @@
+"""The HDF5 object model: the seam between storage formats and the tree.
+
+Storage layouts (``layouts.hsds``, later ``layouts.lindi``) build these
+objects; ``mountd.tree`` turns them into files. Nothing here does I/O except
+through the ``ChunkStore`` and ``Catalog`` protocols, which a layout
+implements. The dataclasses are frozen: once a layout has built an object it
+is shared read-only between trio tasks.
+
+Conventions every layout keeps:
+
+* Attribute values are plain JSON-like Python values (``None``, ``bool``,
+  ``int``, ``float``, ``str``, nested ``list``/``dict``), plus ``ObjectRef``
+  for object references and ``bytes`` for opaque data. Floats may be NaN or
+  infinite; the tree's JSON encoder spells those as strings.
+* ``Dataset.read_chunk`` returns the bytes of the chunk *file* exactly as
+  MOUNT-SPEC.md defines them: decoded, C order, full chunk shape, the
+  dataset's byte order; variable-length types encoded with the numcodecs codec
+  named by ``ElementType.codec``.
+* Object ids are opaque strings, unique within a domain.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+ChunkIndex = tuple[int, ...]
+
+#: JSON-like attribute value (see module docstring).
+AttrValue = Any
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """An HDF5 object reference inside an attribute or a sidecar value.
+
+    ``obj_id`` is the target's id when the format knows it (HSDS); ``path`` is
+    its HDF5 path when the format stores that instead (LINDI). At least one is set.
+    """
+
+    obj_id: str | None = None
+    path: str | None = None
+
+
+class LinkKind(enum.Enum):
+    HARD = "hard"
+    SOFT = "soft"
+    EXTERNAL = "external"
+
+
+class ObjectKind(enum.Enum):
+    GROUP = "group"
+    DATASET = "dataset"
+    DATATYPE = "datatype"
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One named link in a group.
+
+    HARD: ``target`` is the object id. SOFT: ``target`` is the HDF5 path,
+    absolute or relative to the group. EXTERNAL: ``target`` is the HDF5 path
+    inside ``domain`` (an HSDS domain path such as ``/home/u/f.h5`` or a file name).
+    """
+
+    kind: LinkKind
+    target: str
+    domain: str | None = None
+    #: For HARD links, what the id says the target is, when the format knows it
+    #: without reading the object (HSDS ids start with g-, d- or t-).
+    target_kind: ObjectKind | None = None
+
+
+class VlenKind(enum.Enum):
+    """How a variable-length element type is encoded in chunk files."""
+
+    UTF8 = "vlen-utf8"  # numcodecs VLenUTF8
+    BYTES = "vlen-bytes"  # numcodecs VLenBytes
+    ARRAY = "vlen-array"  # numcodecs VLenArray(base)
+    JSON = "json2"  # numcodecs JSON: compound types with variable-length fields
+
+
+@dataclass(frozen=True, slots=True)
+class ElementType:
+    """The element type of a dataset or attribute.
+
+    ``dtype`` is the NumPy dtype of one element as stored in chunk files for
+    fixed-size types (byte order included), or ``object`` for variable-length
+    ones. ``vlen`` says how a variable-length type is encoded; ``vlen_base`` is
+    the base dtype for ``VlenKind.ARRAY``. ``sidecar`` is the value of the
+    sidecar's ``dtype`` key (MOUNT-SPEC.md). ``hdf5`` is the format's own type
+    description, shown under the sidecar's ``hdf5.type``.
+    """
+
+    dtype: np.dtype[Any]
+    sidecar: Any
+    hdf5: Mapping[str, Any]
+    vlen: VlenKind | None = None
+    vlen_base: np.dtype[Any] | None = None
+
+    @property
+    def fixed_size(self) -> bool:
+        return self.vlen is None
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element in a chunk file (fixed-size types only)."""
+        if self.vlen is not None:
+            raise TypeError("variable-length types have no item size")
+        return self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    name: str
+    value: AttrValue
+    #: numpy-style dtype description for xattr ``user.h5.dtype``-like uses; may be None.
+    dtype: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class H5Object:
+    """Fields shared by groups, datasets and committed datatypes."""
+
+    id: str
+    attrs: tuple[Attribute, ...] = ()
+    created: float | None = None
+    modified: float | None = None
+
+    @property
+    def kind(self) -> ObjectKind:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Group(H5Object):
+    #: Links in the order the format lists them. Names are raw HDF5 link names.
+    links: Mapping[str, Link] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> ObjectKind:
+        return ObjectKind.GROUP
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Datatype(H5Object):
+    """A committed (named) datatype."""
+
+    type: ElementType
+
+    @property
+    def kind(self) -> ObjectKind:
+        return ObjectKind.DATATYPE
+
+
+class ChunkStore(Protocol):
+    """How a dataset's chunks are found and read. Implemented by each layout."""
+
+    async def read(self, index: ChunkIndex) -> bytes | None:
+        """The chunk file's bytes (see module docstring), or None if not stored."""
+        ...
+
+    async def exists(self, index: ChunkIndex) -> bool:
+        """True if the chunk at ``index`` is stored."""
+        ...
+
+    def iter_stored(self) -> AsyncIterator[ChunkIndex]:
+        """Indices of the stored chunks, lazily, in no promised order."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dataset(H5Object):
+    """A dataset.
+
+    ``shape`` is ``()`` for a scalar and None for an ``H5S_NULL`` dataspace.
+    ``maxshape`` uses None for unlimited dimensions. ``chunks`` is the chunk
+    shape (``()`` for a scalar; for contiguous data the layout picks a grid).
+    ``fill_value`` is a NumPy scalar of ``type.dtype`` for fixed-size types,
+    or a Python value (or None) for variable-length ones. ``hdf5`` holds the
+    format's own ``filters`` and ``layout`` descriptions for the sidecar.
+    """
+
+    shape: tuple[int, ...] | None
+    maxshape: tuple[int | None, ...] | None
+    type: ElementType
+    chunks: tuple[int, ...]
+    fill_value: Any
+    hdf5: Mapping[str, Any] = field(default_factory=dict)
+    store: ChunkStore
+
+    @property
+    def kind(self) -> ObjectKind:
+        return ObjectKind.DATASET
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Number of chunks along each dimension (``()`` for a scalar)."""
+        if self.shape is None:
+            return ()
+        return tuple(-(-n // c) if c else 0 for n, c in zip(self.shape, self.chunks, strict=True))
+
+    @property
+    def chunk_elements(self) -> int:
+        return math.prod(self.chunks)
+
+    @property
+    def chunk_nbytes(self) -> int | None:
+        """Size of one chunk file, or None when the type is variable-length."""
+        if not self.type.fixed_size:
+            return None
+        return self.chunk_elements * self.type.itemsize
+
+    def in_grid(self, index: ChunkIndex) -> bool:
+        if self.shape is None:
+            return False
+        if self.shape == ():
+            return index == (0,)
+        grid = self.grid
+        return len(index) == len(grid) and all(0 <= i < n for i, n in zip(index, grid, strict=True))
+
+    def fill_bytes(self) -> bytes:
+        """One element of the fill value as chunk-file bytes (fixed-size types)."""
+        if self.fill_value is None:
+            return bytes(self.type.itemsize)
+        return np.asarray(self.fill_value, dtype=self.type.dtype).tobytes()
+
+    async def read_chunk(self, index: ChunkIndex) -> bytes | None:
+        return await self.store.read(index)
+
+
+AnyObject = Group | Dataset | Datatype
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    """An HSDS domain (or the single file behind a reference file).
+
+    ``root_id`` is None for a folder. ``path`` is the domain's path in the
+    catalog without leading or trailing slash (``home/u/f.h5``; ``""`` for a
+    catalog that is one file). ``info`` is the format's domain metadata shown
+    under the root sidecar's ``domain`` key (owner, acls, created, lastModified).
+    """
+
+    path: str
+    root_id: str | None
+    created: float | None = None
+    modified: float | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Catalog(Protocol):
+    """A mountable source: folders of domains, and the objects of each domain.
+
+    ``single_domain`` is the path of the one domain to mount as the mount
+    root (reference files, ``--domain``), or None to mount the folder tree.
+    """
+
+    @property
+    def single_domain(self) -> str | None: ...
+
+    async def list_folder(self, path: str) -> list[str]:
+        """Names of the folders and domains directly inside folder ``path``."""
+        ...
+
+    async def domain(self, path: str) -> Domain | None:
+        """The domain or folder at ``path``; None if the path is a plain
+        directory with no domain object of its own. Raises NotFound if nothing
+        is there."""
+        ...
+
+    async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
+        """One object of ``domain`` by id."""
+        ...

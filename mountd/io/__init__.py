@@ -1,0 +1,1 @@
+"""Storage access: bytes by key and range. Knows nothing about HDF5."""

@@ -1,0 +1,109 @@
+"""A ``Store`` over a local directory: key ``a/b`` is the file ``ROOT/a/b``.
+
+Owns nothing but a root path and a thread limiter. Every blocking call (open,
+read, stat, scandir) runs in ``trio.to_thread.run_sync`` under that limiter,
+so a slow disk never stalls the trio loop. Keys are checked so that none
+escapes the root (no ``..``, no absolute paths).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import trio
+
+from mountd.errors import NotFound, StorageError
+from mountd.io.store import ByteRange, Listing, ObjectInfo
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class LocalStore:
+    """Objects are files below ``root``; prefixes are directories."""
+
+    def __init__(self, root: str | os.PathLike[str], threads: int = 8) -> None:
+        self.root = Path(root).resolve()
+        self._limiter = trio.CapacityLimiter(threads)
+
+    @property
+    def url(self) -> str:
+        return f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if key.startswith("/") or any(p in ("..", ".") for p in parts):
+            raise StorageError(key, "key is not inside the store")
+        return self.root.joinpath(*[p for p in parts if p])
+
+    async def _run(self, key: str, fn: Callable[[], T]) -> T:
+        try:
+            return await trio.to_thread.run_sync(fn, limiter=self._limiter)
+        except FileNotFoundError as exc:
+            raise NotFound(key) from exc
+        except NotADirectoryError as exc:
+            raise NotFound(key) from exc
+        except IsADirectoryError as exc:
+            raise NotFound(key) from exc
+        except OSError as exc:
+            raise StorageError(key, os.strerror(exc.errno or errno.EIO)) from exc
+
+    async def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
+        path = self._path(key)
+
+        def read() -> bytes:
+            with open(path, "rb") as f:
+                if byte_range is None:
+                    return f.read()
+                f.seek(byte_range.start)
+                return f.read() if byte_range.length is None else f.read(byte_range.length)
+
+        return await self._run(key, read)
+
+    async def head(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        st = await self._run(key, path.stat)
+        if not os.path.isfile(path):
+            raise NotFound(key)
+        return ObjectInfo(size=st.st_size, etag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
+                          mtime=st.st_mtime)
+
+    async def exists(self, key: str) -> bool:
+        path = self._path(key)
+        return await trio.to_thread.run_sync(path.is_file, limiter=self._limiter)
+
+    async def list_dir(self, prefix: str) -> Listing:
+        path = self._path(prefix)
+
+        def scan() -> Listing:
+            prefixes: list[str] = []
+            keys: list[str] = []
+            with os.scandir(path) as it:
+                for entry in it:
+                    if entry.is_dir():
+                        prefixes.append(f"{prefix}{entry.name}/")
+                    else:
+                        keys.append(f"{prefix}{entry.name}")
+            prefixes.sort()
+            keys.sort()
+            return Listing(prefixes, keys)
+
+        return await self._run(prefix, scan)
+
+    async def iter_keys(self, prefix: str) -> AsyncIterator[str]:
+        pending = [prefix]
+        while pending:
+            current = pending.pop()
+            try:
+                listing = await self.list_dir(current)
+            except NotFound:
+                continue
+            for key in listing.keys:
+                yield key
+            pending.extend(reversed(listing.prefixes))
