@@ -1,0 +1,95 @@
+"""The ``h5mount`` command line: parses arguments and hands over to the daemon.
+
+Owns the user-facing option names and help text. No I/O beyond printing
+usage errors; every check of the mountpoint and source happens in
+``mountd.daemon`` so that it is reported the same way in every mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from mountd import __version__, daemon
+from mountd.config import MountConfig, OptionError, apply_options
+
+DESCRIPTION = """\
+Mount HDF5 data read-only as a POSIX tree.
+
+SOURCE is a local directory holding an HSDS bucket (the directory that
+contains db/ and the domain folders, i.e. ROOT_DIR/BUCKET as written by
+`hsds --root_dir ROOT_DIR --bucket_name BUCKET`).
+
+Groups become directories, datasets become directories of decoded chunk
+files, every object has a P.json sidecar, soft links become symlinks and
+attributes become user.h5.* xattrs. The daemon goes to the background once
+the mount is live; stop it with `fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.
+"""
+
+OPTIONS_HELP = """\
+mount options (-o, comma separated, mount(8) style):
+  ro                   accepted; the mount is always read-only (rw is refused)
+  allow_other          let other users access the mount (non-root users need
+                       user_allow_other in /etc/fuse.conf)
+  uid=N, gid=N         owner shown for every file (default: the mounting user)
+  fsname=NAME          name shown in /proc/mounts (default: SOURCE)
+  metadata_ttl=SECS    how long metadata is cached, and the kernel's
+                       attribute/entry timeout (default: 60)
+  nosuid,nodev,noexec,noatime
+                       passed to the kernel
+  defaults,auto,noauto,nofail,_netdev,user,users,x-*
+                       fstab options; accepted and ignored
+
+exit status: 0 once the mount is live (or, with -f, after a clean unmount);
+1 if it cannot start (one line on stderr says why); 2 for usage errors.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="h5mount", description=DESCRIPTION, epilog=OPTIONS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", metavar="SOURCE", help="HSDS bucket directory")
+    parser.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
+    parser.add_argument("-f", "--foreground", action="store_true",
+                        help="stay in the foreground and log to stderr")
+    parser.add_argument("-o", dest="options", action="append", default=[], metavar="OPTIONS",
+                        help="mount options, see below")
+    parser.add_argument("--domain", metavar="PATH",
+                        help="mount only this domain (e.g. /home/u/f.h5): the mount root "
+                             "is its root group, with its sidecar at .root.json")
+    parser.add_argument("--log-level", default="WARNING",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        type=str.upper, help="log verbosity (default: WARNING)")
+    parser.add_argument("--log-file", metavar="PATH",
+                        help="also log to this file (default in the background: syslog)")
+    parser.add_argument("--version", action="version", version=f"h5mount {__version__}")
+    return parser
+
+
+def parse_args(argv: list[str]) -> MountConfig:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config = MountConfig(
+        source=args.source if "://" in args.source else os.path.abspath(args.source),
+        mountpoint=os.path.abspath(args.mountpoint),
+        foreground=args.foreground,
+        domain=args.domain,
+        log_level=args.log_level,
+        log_file=os.path.abspath(args.log_file) if args.log_file else None,
+    )
+    try:
+        apply_options(config, args.options)
+    except OptionError as exc:
+        parser.error(str(exc))
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(sys.argv[1:] if argv is None else argv)
+    return daemon.run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

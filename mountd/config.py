@@ -1,0 +1,85 @@
+"""Mount configuration and the parsing of mount(8)-style ``-o`` options.
+
+Owns ``MountConfig`` and the one function that turns ``-o a,b=c`` strings
+into it. Pure code with no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+#: fstab/mount(8) options that only matter to mount(8) itself; accepted and ignored.
+_MOUNT_ONLY = {"defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser",
+               "owner", "group", "ro"}
+#: Options passed through to the kernel mount unchanged.
+_KERNEL = {"nosuid", "nodev", "noexec", "noatime", "suid", "dev", "exec", "atime"}
+
+
+class OptionError(ValueError):
+    """A ``-o`` option is unknown or has a bad value."""
+
+
+@dataclass
+class MountConfig:
+    source: str
+    mountpoint: str
+    foreground: bool = False
+    domain: str | None = None
+    allow_other: bool = False
+    uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+    fsname: str | None = None
+    metadata_ttl: float = 60.0
+    kernel_options: list[str] = field(default_factory=list)
+    log_level: str = "WARNING"
+    log_file: str | None = None
+
+    def fuse_options(self) -> set[str]:
+        """Options for ``pyfuse3.init``: always read-only, with kernel permission checks."""
+        opts = {"ro", "default_permissions", "subtype=h5mount",
+                f"fsname={self.fsname or self.source}"}
+        if self.allow_other:
+            opts.add("allow_other")
+        opts.update(self.kernel_options)
+        return opts
+
+
+def _number(name: str, value: str | None, kind: type[int] | type[float]) -> float:
+    if value is None:
+        raise OptionError(f"option {name} needs a value ({name}=...)")
+    try:
+        number = kind(value)
+    except ValueError:
+        raise OptionError(f"option {name}={value}: not a number") from None
+    if number < 0:
+        raise OptionError(f"option {name}={value}: must not be negative")
+    return number
+
+
+def apply_options(config: MountConfig, option_strings: list[str]) -> None:
+    """Apply every ``-o`` string (comma-separated ``name`` or ``name=value``)."""
+    for text in option_strings:
+        for item in filter(None, (s.strip() for s in text.split(","))):
+            name, eq, value = item.partition("=")
+            val = value if eq else None
+            if name == "allow_other":
+                config.allow_other = True
+            elif name == "uid":
+                config.uid = int(_number(name, val, int))
+            elif name == "gid":
+                config.gid = int(_number(name, val, int))
+            elif name == "fsname":
+                if not val:
+                    raise OptionError("option fsname needs a value")
+                config.fsname = val
+            elif name == "metadata_ttl":
+                config.metadata_ttl = _number(name, val, float)
+            elif name == "rw":
+                raise OptionError("h5mount mounts are read-only; option rw is not supported")
+            elif name in _KERNEL:
+                config.kernel_options.append(name)
+            elif name in _MOUNT_ONLY or name == "comment" or name.startswith("x-"):
+                continue
+            else:
+                raise OptionError(f"unknown option: {item}")

@@ -1,0 +1,209 @@
+"""The daemon's lifecycle: checks, backgrounding, the mount, signals, unmount.
+
+Owns the process: it refuses bad mountpoints and sources before anything is
+mounted, forks into the background (the parent exits 0 only once the mount
+is live, otherwise non-zero with the child's one-line reason), runs pyfuse3's
+main loop in a trio nursery, and unmounts cleanly on SIGINT/SIGTERM. When
+``fusermount3 -u`` unmounts from outside, the main loop ends and the process
+exits 0. With ``NOTIFY_SOCKET`` set (systemd ``Type=notify``) it sends
+``READY=1`` once the mount is live and ``STOPPING=1`` on the way out.
+
+Concurrency: one trio run per process; every background task lives in the
+nursery of ``_serve`` and ends with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import logging.handlers
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+import pyfuse3
+import trio
+
+from layouts.model import Catalog
+from mountd.config import MountConfig
+from mountd.errors import MountError, SourceError
+from mountd.fuse_ops import Operations, Owner
+from mountd.metacache import CachedCatalog
+from mountd.sources import open_source
+from mountd.tree import Tree
+
+log = logging.getLogger(__name__)
+
+
+class StartError(Exception):
+    """The mount cannot start; the message is the one line shown to the user."""
+
+
+def check_mountpoint(path: str) -> None:
+    if not os.path.exists(path):
+        raise StartError(f"mountpoint {path} does not exist")
+    if not os.path.isdir(path):
+        raise StartError(f"mountpoint {path} is not a directory")
+    if os.path.ismount(path):
+        raise StartError(f"mountpoint {path} is already mounted")
+
+
+def check_fuse() -> None:
+    if not os.path.exists("/dev/fuse"):
+        raise StartError("FUSE is not available: /dev/fuse does not exist "
+                         "(is the fuse kernel module loaded?)")
+    if os.geteuid() != 0:
+        if shutil.which("fusermount3") is None:
+            raise StartError("FUSE is not available: fusermount3 is not installed "
+                             "(apt-get install fuse3)")
+    elif not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        raise StartError("FUSE is not available: /dev/fuse cannot be opened")
+
+
+def setup_logging(config: MountConfig, to_stderr: bool) -> None:
+    handlers: list[logging.Handler] = []
+    if config.log_file:
+        handlers.append(logging.FileHandler(config.log_file))
+    if to_stderr:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    elif not config.log_file and os.path.exists("/dev/log"):
+        handlers.append(logging.handlers.SysLogHandler("/dev/log"))
+    fmt = "%(asctime)s h5mount[%(process)d] %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=config.log_level.upper(), format=fmt,
+                        handlers=handlers or [logging.NullHandler()], force=True)
+
+
+def sd_notify(message: str) -> None:
+    """Tell systemd about our state, if it is listening."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(message.encode(), address)
+
+
+async def _prepare(config: MountConfig) -> Catalog:
+    try:
+        return await open_source(config.source, config.domain)
+    except SourceError as exc:
+        raise StartError(str(exc)) from exc
+
+
+async def _loop(ops: Operations, ready: Callable[[], None]) -> bool:
+    """Run the FUSE loop until unmounted or signalled; True if a signal ended it."""
+    signalled = False
+    async with trio.open_nursery() as nursery:
+
+        async def main_loop() -> None:
+            await pyfuse3.main()
+            nursery.cancel_scope.cancel()
+
+        async def watch_signals() -> None:
+            nonlocal signalled
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    log.info("received %s, unmounting", signal.Signals(signum).name)
+                    signalled = True
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(main_loop)
+        nursery.start_soon(watch_signals)
+        ready()
+    return signalled
+
+
+async def _mount_and_serve(config: MountConfig, catalog: Catalog,
+                           ready: Callable[[], None]) -> None:
+    """Mount, serve until the end, unmount. Raises StartError if the mount fails."""
+    cached = CachedCatalog(catalog, ttl=config.metadata_ttl)
+    tree = Tree(cached, ref_index_ttl=config.metadata_ttl)
+    ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl)
+    try:
+        pyfuse3.init(ops, config.mountpoint, config.fuse_options())
+    except RuntimeError as exc:
+        raise StartError(f"cannot mount on {config.mountpoint}: {exc}") from exc
+    log.info("mounted %s on %s", config.source, config.mountpoint)
+    unmount = True  # unless the kernel ended the session (fusermount3 -u)
+    try:
+        unmount = await _loop(ops, ready)
+    finally:
+        sd_notify("STOPPING=1")
+        pyfuse3.close(unmount=unmount)
+        log.info("unmounted %s", config.mountpoint)
+
+
+def run(config: MountConfig) -> int:
+    """Check, mount and serve; the process's exit code."""
+    try:
+        check_mountpoint(config.mountpoint)
+        check_fuse()
+        catalog = trio.run(_prepare, config)
+    except StartError as exc:
+        print(f"h5mount: {exc}", file=sys.stderr)
+        return 1
+    if config.foreground:
+        return _run_foreground(config, catalog)
+    return _run_background(config, catalog)
+
+
+def _run_foreground(config: MountConfig, catalog: Catalog) -> int:
+    setup_logging(config, to_stderr=True)
+    try:
+        trio.run(_mount_and_serve, config, catalog, lambda: sd_notify("READY=1"))
+    except (StartError, MountError) as exc:
+        print(f"h5mount: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_background(config: MountConfig, catalog: Catalog) -> int:
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as pipe:
+            message = pipe.readline().decode(errors="replace").strip()
+        if message == "OK":
+            return 0
+        os.waitpid(pid, 0)
+        print(f"h5mount: {message or 'the daemon exited before the mount was ready'}",
+              file=sys.stderr)
+        return 1
+    os.close(read_fd)
+    os._exit(_daemon_child(config, catalog, write_fd))
+
+
+def _daemon_child(config: MountConfig, catalog: Catalog, write_fd: int) -> int:
+    os.setsid()
+    os.chdir("/")
+    setup_logging(config, to_stderr=False)
+    pipe = os.fdopen(write_fd, "wb", buffering=0)
+
+    def ready() -> None:
+        pipe.write(b"OK\n")
+        pipe.close()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        sd_notify("READY=1")
+
+    try:
+        trio.run(_mount_and_serve, config, catalog, ready)
+    except (StartError, MountError) as exc:
+        if not pipe.closed:
+            pipe.write(f"{exc}\n".encode())
+        log.error("%s", exc)
+        return 1
+    except BaseException:
+        log.exception("daemon failed")
+        if not pipe.closed:
+            pipe.write(b"the daemon failed; see its log\n")
+        return 1
+    return 0

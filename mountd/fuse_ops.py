@@ -1,0 +1,283 @@
+"""pyfuse3 operations over the tree: the only place errors become errno.
+
+Owns the inode table and the open file and directory handles. Each handler
+looks up a node, awaits it, and maps the outcome to pyfuse3 types: NotFound
+becomes ENOENT, Forbidden EACCES, StorageError (logged once per key) EIO,
+and anything unexpected EIO with a traceback in the log. Every modifying
+call answers EROFS.
+
+Concurrency: pyfuse3 runs handlers as concurrent trio tasks. The inode table
+and handle maps are changed only between awaits, so each change is atomic;
+nodes and handles are safe to share (see ``mountd.nodes``).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat as stat_mod
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+import pyfuse3
+
+from mountd.errors import Forbidden, MountError, NotFound, StorageError, report_once
+from mountd.inodes import ROOT_INODE, InodeTable
+from mountd.names import from_bytes, to_bytes
+from mountd.nodes import DirNode, FileHandle, FileNode, Node, NodeType, Stat, SymlinkNode
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_MODES = {
+    NodeType.DIR: stat_mod.S_IFDIR | 0o555,
+    NodeType.FILE: stat_mod.S_IFREG | 0o444,
+    NodeType.SYMLINK: stat_mod.S_IFLNK | 0o777,
+}
+BLOCK_SIZE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    uid: int
+    gid: int
+
+
+def errno_of(exc: BaseException) -> int:
+    """The errno a failure is reported as (the one mapping of errors to errno)."""
+    if isinstance(exc, NotFound):
+        return errno.ENOENT
+    if isinstance(exc, Forbidden):
+        return errno.EACCES
+    if isinstance(exc, StorageError):
+        report_once(exc)
+        return errno.EIO
+    if isinstance(exc, MountError):
+        log.error("%s", exc)
+        return errno.EIO
+    log.exception("unexpected error", exc_info=exc)
+    return errno.EIO
+
+
+def handler(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Turn any exception a handler raises into the FUSEError for its errno."""
+
+    @functools.wraps(fn)
+    async def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as exc:
+            raise pyfuse3.FUSEError(errno_of(exc)) from None
+
+    return wrapped
+
+
+def _erofs() -> pyfuse3.FUSEError:
+    return pyfuse3.FUSEError(errno.EROFS)
+
+
+class Operations(pyfuse3.Operations):
+    """The FUSE request handlers for one mount."""
+
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, root: DirNode, owner: Owner, ttl: float) -> None:
+        super().__init__()
+        self.inodes = InodeTable(root)
+        self.owner = owner
+        self.ttl = ttl
+        self._files: dict[int, FileHandle] = {}
+        self._dirs: dict[int, DirNode] = {}
+        self._next_fh = 1
+
+    # -- helpers --------------------------------------------------------
+
+    def _node(self, ino: int) -> Node:
+        node = self.inodes.node(ino)
+        if node is None:
+            raise NotFound(f"inode {ino}")
+        return node
+
+    def _new_fh(self) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        return fh
+
+    def _entry(self, ino: int, st: Stat) -> pyfuse3.EntryAttributes:
+        entry = pyfuse3.EntryAttributes()
+        entry.st_ino = ino
+        entry.generation = 0
+        entry.entry_timeout = self.ttl
+        entry.attr_timeout = self.ttl
+        entry.st_mode = _MODES[st.type]
+        entry.st_nlink = 1
+        entry.st_uid = self.owner.uid
+        entry.st_gid = self.owner.gid
+        entry.st_rdev = 0
+        entry.st_size = st.size
+        entry.st_blksize = BLOCK_SIZE
+        entry.st_blocks = (st.size + 511) // 512
+        mtime = int(st.mtime * 1e9)
+        entry.st_atime_ns = mtime
+        entry.st_mtime_ns = mtime
+        entry.st_ctime_ns = int(st.ctime * 1e9)
+        return entry
+
+    async def _stat_or_placeholder(self, node: Node) -> Stat:
+        """A node's stat, or a bare one of the right type if its metadata is broken.
+
+        A directory listing must not fail because one child is corrupt; the
+        child then gives EIO when it is opened or looked up.
+        """
+        try:
+            return await node.stat()
+        except MountError as exc:
+            if isinstance(exc, StorageError):
+                report_once(exc)
+            return Stat(node.type)
+
+    # -- lookups and attributes -----------------------------------------
+
+    @handler
+    async def lookup(self, parent_inode: int, name: bytes,
+                     ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        parent = self._node(parent_inode)
+        if not isinstance(parent, DirNode):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        node = await parent.lookup(from_bytes(name))
+        st = await node.stat()
+        ino = self.inodes.inode_of(node)
+        self.inodes.remember(ino)
+        return self._entry(ino, st)
+
+    @handler
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return self._entry(inode, await self._node(inode).stat())
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for ino, count in inode_list:
+            self.inodes.forget(ino, count)
+
+    @handler
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        node = self._node(inode)
+        if not isinstance(node, SymlinkNode):
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        return to_bytes(await node.target())
+
+    @handler
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        attrs = await self._node(inode).xattrs()
+        value = attrs.get(from_bytes(name))
+        if value is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        return value
+
+    @handler
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
+        return [to_bytes(name) for name in await self._node(inode).xattrs()]
+
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        data = pyfuse3.StatvfsData()
+        data.f_bsize = BLOCK_SIZE
+        data.f_frsize = BLOCK_SIZE
+        data.f_blocks = data.f_bfree = data.f_bavail = 0
+        data.f_files = len(self.inodes)
+        data.f_ffree = data.f_favail = 0
+        data.f_namemax = 255
+        return data
+
+    # -- directories ----------------------------------------------------
+
+    @handler
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        node = self._node(inode)
+        if not isinstance(node, DirNode):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        fh = self._new_fh()
+        self._dirs[fh] = node.open_listing()
+        return fh
+
+    @handler
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        listing = self._dirs[fh]
+        async for next_id, name, node in listing.entries(start_id):
+            st = await self._stat_or_placeholder(node)
+            ino = self.inodes.inode_of(node)
+            if not pyfuse3.readdir_reply(token, to_bytes(name), self._entry(ino, st), next_id):
+                self.inodes.drop_if_unused(ino)
+                break
+            self.inodes.remember(ino)
+
+    async def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    # -- files ----------------------------------------------------------
+
+    @handler
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND):
+            raise _erofs()
+        node = self._node(inode)
+        if not isinstance(node, FileNode):
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        handle = await node.open()
+        fh = self._new_fh()
+        self._files[fh] = handle
+        return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache)
+
+    @handler
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        return await self._files[fh].read(off, size)
+
+    async def release(self, fh: int) -> None:
+        self._files.pop(fh, None)
+
+    # -- everything that would modify: read-only ------------------------
+
+    async def setattr(self, *args: Any) -> pyfuse3.EntryAttributes:
+        raise _erofs()
+
+    async def setxattr(self, *args: Any) -> None:
+        raise _erofs()
+
+    async def removexattr(self, *args: Any) -> None:
+        raise _erofs()
+
+    async def write(self, *args: Any) -> int:
+        raise _erofs()
+
+    async def create(self, *args: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        raise _erofs()
+
+    async def mknod(self, *args: Any) -> pyfuse3.EntryAttributes:
+        raise _erofs()
+
+    async def mkdir(self, *args: Any) -> pyfuse3.EntryAttributes:
+        raise _erofs()
+
+    async def unlink(self, *args: Any) -> None:
+        raise _erofs()
+
+    async def rmdir(self, *args: Any) -> None:
+        raise _erofs()
+
+    async def symlink(self, *args: Any) -> pyfuse3.EntryAttributes:
+        raise _erofs()
+
+    async def rename(self, *args: Any) -> None:
+        raise _erofs()
+
+    async def link(self, *args: Any) -> pyfuse3.EntryAttributes:
+        raise _erofs()
+
+
+__all__ = ["ROOT_INODE", "Operations", "Owner", "errno_of"]

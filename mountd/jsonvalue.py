@@ -1,0 +1,100 @@
+"""Turning model values into strict JSON (MOUNT-SPEC.md, "Sidecar JSON").
+
+Owns one conversion, used by sidecars, ``.zattrs`` and xattrs alike:
+NumPy scalars and arrays become numbers and nested lists, NaN and infinities
+become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, ``bytes``
+(opaque data) become ``{"base64": ...}``, fixed-length byte strings become
+text, and ``ObjectRef`` becomes ``{"$ref": path}`` through a lookup table the
+caller fills in beforehand (resolving a reference may need I/O; this module
+does none). Pure functions; safe anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from layouts.model import ObjectRef
+
+
+def _float(value: float) -> float | str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _bytes_text(value: bytes) -> str | dict[str, str]:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(value).decode("ascii")}
+
+
+def _numpy(value: np.ndarray | np.generic, refs: Mapping[ObjectRef, str | None]) -> Any:
+    dtype = value.dtype
+    if dtype.names is not None:
+        if isinstance(value, np.ndarray) and value.ndim > 0:
+            return [_numpy(v, refs) for v in value]
+        return [jsonable(value[name], refs) for name in dtype.names]
+    if dtype.kind == "S":
+        if isinstance(value, np.ndarray) and value.ndim > 0:
+            return [_numpy(v, refs) for v in value]
+        return _bytes_text(bytes(value.item() if isinstance(value, np.ndarray) else value))
+    if dtype.kind == "V":
+        if isinstance(value, np.ndarray) and value.ndim > 0:
+            return [_numpy(v, refs) for v in value]
+        return {"base64": base64.b64encode(value.tobytes()).decode("ascii")}
+    return jsonable(value.tolist(), refs)
+
+
+def jsonable(value: Any, refs: Mapping[ObjectRef, str | None] | None = None) -> Any:
+    """``value`` as plain JSON-safe Python (see module docstring)."""
+    refs = refs or {}
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, np.ndarray | np.generic):
+        return _numpy(value, refs)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, ObjectRef):
+        path = refs.get(value, value.path)
+        return {"$ref": path}
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v, refs) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v, refs) for v in value]
+    if isinstance(value, complex):
+        return [_float(value.real), _float(value.imag)]
+    raise TypeError(f"cannot represent {type(value).__name__} as JSON")
+
+
+def dumps(value: Any, refs: Mapping[ObjectRef, str | None] | None = None,
+          indent: int | None = 2) -> str:
+    """Strict JSON text for ``value``."""
+    return json.dumps(jsonable(value, refs), indent=indent, allow_nan=False, ensure_ascii=False)
+
+
+def iter_refs(value: Any) -> Iterator[ObjectRef]:
+    """Every ``ObjectRef`` inside a model value, so a caller can resolve them first."""
+    if isinstance(value, ObjectRef):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from iter_refs(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from iter_refs(v)
+    elif isinstance(value, np.ndarray) and value.dtype == object:
+        for v in value.flat:
+            yield from iter_refs(v)

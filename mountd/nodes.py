@@ -1,0 +1,151 @@
+"""The node kinds of the mounted tree: directories, files and symlinks.
+
+A node is a cheap, immutable description of one entry (it holds where the
+entry is, not its content); all content is produced by async methods that may
+do I/O. ``key`` identifies the entry so the inode table can give the same
+inode to the same entry however it was reached. Nodes know nothing of FUSE.
+
+Concurrency: nodes keep no mutable state, so any number of tasks may use one
+node at once. File handles (``FileHandle``) may also be read concurrently;
+each implementation guards its own lazily loaded content.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from dataclasses import dataclass
+
+import trio
+
+
+class NodeType(enum.Enum):
+    DIR = "dir"
+    FILE = "file"
+    SYMLINK = "symlink"
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """What ``getattr`` needs of a node. Times are POSIX seconds."""
+
+    type: NodeType
+    size: int = 0
+    mtime: float = 0.0
+    ctime: float = 0.0
+
+
+class Node(ABC):
+    """An entry of the tree."""
+
+    type: NodeType
+
+    @property
+    @abstractmethod
+    def key(self) -> Hashable:
+        """Identity of this entry, stable for the life of the mount."""
+
+    @abstractmethod
+    async def stat(self) -> Stat:
+        """Size and times; may raise MountError."""
+
+    async def xattrs(self) -> dict[str, bytes]:
+        """Extended attributes, by full name (``user.h5.id``)."""
+        return {}
+
+
+class DirListing(ABC):
+    """One open directory: its entries, read in pieces by cookie."""
+
+    @abstractmethod
+    def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node]]:
+        """Yield ``(next_id, name, node)`` for the entries after cookie ``start``.
+
+        ``start`` is 0 for the first call and otherwise a ``next_id`` this
+        listing yielded before; ids are stable for the life of the listing.
+        """
+
+
+class SnapshotListing(DirListing):
+    """A listing computed whole on first use and kept while the directory is open."""
+
+    def __init__(self, compute: Callable[[], Awaitable[list[tuple[str, Node]]]]) -> None:
+        self._compute = compute
+        self._items: list[tuple[str, Node]] | None = None
+        self._lock = trio.Lock()
+
+    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node]]:
+        async with self._lock:
+            if self._items is None:
+                self._items = await self._compute()
+        for pos in range(start, len(self._items)):
+            name, node = self._items[pos]
+            yield pos + 1, name, node
+
+
+class DirNode(Node):
+    type = NodeType.DIR
+
+    @abstractmethod
+    def open_listing(self) -> DirListing:
+        """A listing of this directory, for one opendir .. releasedir."""
+
+    @abstractmethod
+    async def lookup(self, name: str) -> Node:
+        """The child called ``name``; raises NotFound."""
+
+
+class FileHandle(ABC):
+    """An open file: byte ranges of one file's content.
+
+    ``direct_io`` is True when the file's ``st_size`` is not its real length,
+    so the kernel must pass every read through. ``keep_cache`` is True when
+    the content cannot change while mounted, so the kernel may keep its pages.
+    """
+
+    direct_io: bool = False
+    keep_cache: bool = False
+
+    @abstractmethod
+    async def read(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset``; fewer only at end of file."""
+
+
+class FileNode(Node):
+    type = NodeType.FILE
+
+    @abstractmethod
+    async def open(self) -> FileHandle:
+        """A handle to read the file; may raise MountError."""
+
+
+class SymlinkNode(Node):
+    type = NodeType.SYMLINK
+
+    @abstractmethod
+    async def target(self) -> str:
+        """The link text."""
+
+
+class BytesHandle(FileHandle):
+    """A handle over content that is computed once, on first read."""
+
+    def __init__(self, load: Callable[[], Awaitable[bytes]], *, direct_io: bool = False,
+                 keep_cache: bool = False) -> None:
+        self._load = load
+        self.direct_io = direct_io
+        self.keep_cache = keep_cache
+        self._data: bytes | None = None
+        self._lock = trio.Lock()
+
+    async def data(self) -> bytes:
+        if self._data is None:
+            async with self._lock:
+                if self._data is None:
+                    self._data = await self._load()
+        return self._data
+
+    async def read(self, offset: int, size: int) -> bytes:
+        data = await self.data()
+        return data[offset:offset + size]

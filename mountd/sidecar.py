@@ -1,0 +1,118 @@
+"""The metadata documents of one HDF5 object: the ``.json`` sidecar and xattrs.
+
+Owns the sidecar's shape (MOUNT-SPEC.md, "Sidecar JSON") and the
+``user.h5.*`` extended attributes. Works on model objects; the only I/O is
+through the callables it is given (reading a scalar's one chunk, resolving
+object references to paths). Stateless; safe from any number of tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numcodecs
+import numpy as np
+
+from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, ObjectRef, VlenKind
+from mountd import jsonvalue
+
+log = logging.getLogger(__name__)
+
+XATTR_MAX = 64 * 1024
+
+RefResolver = Callable[[ObjectRef], Awaitable[str | None]]
+
+
+def decode_chunk(ds: Dataset, data: bytes) -> np.ndarray:
+    """A chunk file's bytes as a flat array of the dataset's elements."""
+    vlen = ds.type.vlen
+    if vlen is None:
+        return np.frombuffer(data, dtype=ds.type.dtype)
+    codec: numcodecs.abc.Codec
+    if vlen is VlenKind.UTF8:
+        codec = numcodecs.VLenUTF8()
+    elif vlen is VlenKind.BYTES:
+        codec = numcodecs.VLenBytes()
+    elif vlen is VlenKind.ARRAY:
+        codec = numcodecs.VLenArray(ds.type.vlen_base)
+    else:
+        codec = numcodecs.JSON()
+    return np.asarray(codec.decode(data)).reshape(-1)
+
+
+async def scalar_value(ds: Dataset) -> Any:
+    """The value of a scalar dataset (its fill value when the chunk is not stored)."""
+    data = await ds.read_chunk((0,))
+    if data is None:
+        return ds.fill_value
+    return decode_chunk(ds, data)[0]
+
+
+def _dataset_fields(ds: Dataset) -> dict[str, Any]:
+    return {
+        "shape": None if ds.shape is None else list(ds.shape),
+        "maxshape": None if ds.maxshape is None else list(ds.maxshape),
+        "dtype": ds.type.sidecar,
+        "chunks": list(ds.chunks),
+        "fill_value": ds.fill_value,
+        "hdf5": dict(ds.hdf5),
+    }
+
+
+async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
+                           resolve: RefResolver) -> dict[str, Any]:
+    """The sidecar of ``obj`` reached at ``h5path`` as JSON-safe Python.
+
+    ``domain`` is given for a domain's root group, whose sidecar carries the
+    domain's own metadata.
+    """
+    doc: dict[str, Any] = {"kind": obj.kind.value, "path": h5path, "id": obj.id}
+    if isinstance(obj, Dataset):
+        doc.update(_dataset_fields(obj))
+        if obj.shape == ():
+            doc["value"] = await scalar_value(obj)
+    elif isinstance(obj, Datatype):
+        doc["dtype"] = obj.type.sidecar
+        doc["hdf5"] = {"type": dict(obj.type.hdf5)}
+    elif isinstance(obj, Group) and domain is not None and domain.info:
+        doc["domain"] = dict(domain.info)
+    doc["attributes"] = {a.name: a.value for a in obj.attrs}
+    doc["created"] = obj.created
+    doc["modified"] = obj.modified
+    refs = {ref: await resolve(ref) for ref in set(jsonvalue.iter_refs(doc))}
+    result: dict[str, Any] = jsonvalue.jsonable(doc, refs)
+    return result
+
+
+async def sidecar_bytes(obj: AnyObject, h5path: str, domain: Domain | None,
+                        resolve: RefResolver) -> bytes:
+    doc = await sidecar_document(obj, h5path, domain, resolve)
+    return (jsonvalue.dumps(doc) + "\n").encode("utf-8")
+
+
+async def object_xattrs(obj: AnyObject, resolve: RefResolver) -> dict[str, bytes]:
+    """``user.h5.*`` attributes of ``obj``; values over 64 KiB are left out."""
+    out: dict[str, bytes] = {"user.h5.id": obj.id.encode(), "user.h5.kind": obj.kind.value.encode()}
+    if isinstance(obj, Dataset | Datatype):
+        sidecar_dtype = obj.type.sidecar
+        out["user.h5.dtype"] = (sidecar_dtype if isinstance(sidecar_dtype, str)
+                                else jsonvalue.dumps(sidecar_dtype, indent=None)).encode()
+    if isinstance(obj, Dataset):
+        shape = None if obj.shape is None else list(obj.shape)
+        out["user.h5.shape"] = jsonvalue.dumps(shape, indent=None).encode()
+    for attr in obj.attrs:
+        name = f"user.h5.attr.{attr.name}"
+        if len(name.encode()) > 255:
+            continue
+        if isinstance(attr.value, str):
+            value = attr.value.encode("utf-8", "surrogateescape")
+        else:
+            refs = {ref: await resolve(ref) for ref in set(jsonvalue.iter_refs(attr.value))}
+            value = jsonvalue.dumps(attr.value, refs, indent=None).encode()
+        if len(value) > XATTR_MAX:
+            log.debug("xattr %s of %s left out: %d bytes", name, obj.id, len(value))
+            continue
+        out[name] = value
+    return out

@@ -1,0 +1,377 @@
+"""Small HDF5 files, written with h5py, that cover what HSDS can store.
+
+This module owns the test data that the HSDS fixture hsloads. Each ``write_*``
+function writes one file into a directory and returns its path; ``write_all``
+writes every file and returns ``{file name: path}``. The set is split into
+several files so that one object ``hsload`` cannot copy does not lose the rest.
+
+Everything here was checked by hsloading it into HSDS 1.0.2 (h5pyd 1.0.0) and
+reading it back with h5pyd. What hsload refused or mangled was dropped; see
+the ``DROPPED`` notes next to each writer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import hdf5plugin
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+#: Name of the file the external link in ``links.h5`` points to.
+EXTERNAL_TARGET = "extlink_target.h5"
+
+#: A 300-byte link name (ASCII), longer than NAME_MAX of most file systems.
+LONG_NAME = "long_" + "n" * 295
+
+#: Link names that a file system view must escape or disambiguate.
+ODD_NAMES = (
+    "percent%41name",
+    "with space",
+    "unicodé_名前",
+    ".hidden",
+    LONG_NAME,
+)
+
+
+def _ints_and_floats(f: h5py.File) -> None:
+    grp = f.create_group("numeric")
+    for kind, sizes in (("i", (1, 2, 4, 8)), ("u", (1, 2, 4, 8)), ("f", (2, 4, 8))):
+        for size in sizes:
+            for order, label in (("<", "le"), (">", "be")):
+                dt = np.dtype(f"{order}{kind}{size}")
+                if kind == "f":
+                    data = np.linspace(-2.5, 2.5, 12, dtype=dt).reshape(3, 4)
+                elif kind == "i":
+                    info = np.iinfo(dt)
+                    data = np.array(
+                        [info.min, -1, 0, 1, 2, 3, 4, 5, 6, 7, 100, info.max], dtype=dt
+                    ).reshape(3, 4)
+                else:
+                    info = np.iinfo(dt)
+                    data = np.array(
+                        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 100, info.max], dtype=dt
+                    ).reshape(3, 4)
+                grp.create_dataset(f"{kind}{size * 8}{label}", data=data)
+
+
+def _strings(f: h5py.File) -> None:
+    grp = f.create_group("strings")
+    grp.create_dataset("fixed_ascii", data=np.array([b"abc", b"", b"0123456789", b"x"], "S10"))
+    utf8_fixed = h5py.string_dtype("utf-8", 10)
+    grp.create_dataset(
+        "fixed_utf8",
+        data=np.array(["héllo".encode(), b"", "日本".encode()], dtype=utf8_fixed),
+        dtype=utf8_fixed,
+    )
+    vlen_ascii = h5py.string_dtype("ascii")
+    grp.create_dataset(
+        "vlen_ascii",
+        data=np.array([b"short", b"", b"a much longer string value", b"z"], dtype=object),
+        dtype=vlen_ascii,
+    )
+    vlen_utf8 = h5py.string_dtype("utf-8")
+    grp.create_dataset(
+        "vlen_utf8",
+        data=np.array(["αβγ", "", "plain", "emoji 🙂"], dtype=object),
+        dtype=vlen_utf8,
+    )
+    grp.create_dataset(
+        "vlen_utf8_2d",
+        data=np.array([["a", "", "ccc"], ["dddd", "ü", ""]], dtype=object),
+        dtype=vlen_utf8,
+    )
+    grp.create_dataset(
+        "vlen_ascii_2d",
+        data=np.array([[b"", b"bb"], [b"ccc", b""]], dtype=object),
+        dtype=vlen_ascii,
+    )
+
+
+def _compounds(f: h5py.File) -> None:
+    grp = f.create_group("compound")
+    simple = np.dtype([("a", "<i4"), ("b", "<f8"), ("c", "S5")])
+    grp.create_dataset(
+        "simple",
+        data=np.array([(1, 1.5, b"one"), (2, -2.5, b"two"), (3, 0.0, b"")], dtype=simple),
+    )
+    mixed_order = np.dtype([("le", "<i2"), ("be", ">i4"), ("f", ">f4")])
+    grp.create_dataset(
+        "mixed_order", data=np.array([(1, 2, 3.0), (-1, -2, -3.0)], dtype=mixed_order)
+    )
+    point = np.dtype([("x", "<f4"), ("y", "<f4")])
+    nested = np.dtype([("id", "<i2"), ("pos", point), ("tag", "S3")])
+    grp.create_dataset(
+        "nested",
+        data=np.array([(1, (0.5, 1.5), b"aa"), (2, (2.5, 3.5), b"bb")], dtype=nested),
+    )
+    with_vlen = np.dtype([("n", "<i4"), ("s", h5py.string_dtype("utf-8"))])
+    grp.create_dataset(
+        "vlen_field",
+        data=np.array([(1, "first"), (2, ""), (3, "drittes ß")], dtype=with_vlen),
+    )
+    with_array = np.dtype([("id", "<u2"), ("v", "<f4", (3,))])
+    grp.create_dataset(
+        "array_field",
+        data=np.array([(1, (1, 2, 3)), (2, (4, 5, 6))], dtype=with_array),
+    )
+
+
+def _misc_types(f: h5py.File) -> None:
+    grp = f.create_group("misc")
+    grp.create_dataset("bool", data=np.array([True, False, True, True]))
+    colors = h5py.enum_dtype({"RED": 0, "GREEN": 1, "BLUE": 42}, basetype="i1")
+    grp.create_dataset("enum", data=np.array([0, 1, 42, 1], dtype="i1"), dtype=colors)
+    # DROPPED: a dataset whose element type is an array (``("<f4", (3,))``): h5pyd
+    # 1.0.0's hsload crashes on its fill value ("truth value of an array ... is
+    # ambiguous"). Array types survive as compound fields and attributes.
+    arr_t = np.dtype(("<f4", (3,)))
+    grp.attrs.create("array_attr", data=np.arange(6, dtype="<f4").reshape(2, 3), dtype=arr_t)
+    opaque = np.frombuffer(bytes(range(32)), dtype="V8")
+    grp.create_dataset("opaque", data=opaque)
+
+    f["mytype"] = np.dtype([("t", "<f8"), ("v", "<i4")])
+    grp.create_dataset(
+        "uses_committed",
+        data=np.array([(0.5, 1), (1.5, 2)], dtype=f["mytype"].dtype),
+        dtype=f["mytype"],
+    )
+
+    target = grp["bool"]
+    refs = grp.create_dataset("refs", shape=(3,), dtype=h5py.ref_dtype)
+    refs[0] = target.ref
+    refs[1] = f["compound"].ref
+    refs[2] = f.ref
+    grp.attrs.create("ref_attr", data=[target.ref, f["numeric"].ref], dtype=h5py.ref_dtype)
+
+    grp.create_dataset("scalar_int", data=np.int32(42))
+    grp.create_dataset("scalar_float", data=np.float64(3.25))
+    grp.create_dataset("scalar_vlen_str", data="hello scalar", dtype=h5py.string_dtype())
+    grp.create_dataset("scalar_fixed_str", data=np.bytes_(b"fixed"))
+    grp.create_dataset("null", data=h5py.Empty("f4"))
+    grp.attrs["null_attr"] = h5py.Empty("i4")
+
+
+def write_types(directory: Path) -> Path:
+    """Every datatype class HSDS can hold: numbers, strings, compounds, enums, refs...
+
+    DROPPED: nothing so far.
+    """
+    path = directory / "types.h5"
+    with h5py.File(path, "w") as f:
+        _ints_and_floats(f)
+        _strings(f)
+        _compounds(f)
+        _misc_types(f)
+    return path
+
+
+def write_layout(directory: Path) -> Path:
+    """Shapes, chunking, fill values and partly written datasets."""
+    path = directory / "layout.h5"
+    with h5py.File(path, "w") as f:
+        grow = f.create_dataset(
+            "resizable", shape=(10, 6), maxshape=(None, 6), chunks=(4, 6), dtype="<i4"
+        )
+        grow[...] = np.arange(60, dtype="<i4").reshape(10, 6)
+        grow.resize((13, 6))
+        grow[10:] = -7
+
+        unlimited_both = f.create_dataset(
+            "unlimited_2d", shape=(5, 5), maxshape=(None, None), chunks=(2, 2), dtype="<f8"
+        )
+        unlimited_both[...] = np.arange(25, dtype="<f8").reshape(5, 5)
+
+        fill_int = f.create_dataset("fill_int", shape=(20,), chunks=(5,), dtype="<i2", fillvalue=-1)
+        fill_int[0:5] = np.arange(5)
+        fill_nan = f.create_dataset(
+            "fill_nan", shape=(4, 8), chunks=(2, 4), dtype="<f4", fillvalue=np.nan
+        )
+        fill_nan[0:2, 0:4] = 1.0
+        cdt = np.dtype([("a", "<i4"), ("b", "<f4")])
+        fill_cmp = f.create_dataset(
+            "fill_compound",
+            shape=(6,),
+            chunks=(3,),
+            dtype=cdt,
+            fillvalue=np.array((9, 0.5), dtype=cdt),
+        )
+        fill_cmp[0:3] = np.array([(1, 1.0), (2, 2.0), (3, 3.0)], dtype=cdt)
+
+        sparse = f.create_dataset("sparse", shape=(100, 100), chunks=(10, 10), dtype="<i4")
+        sparse[0:10, 0:10] = 1
+        sparse[50:60, 20:30] = np.arange(100, dtype="<i4").reshape(10, 10)
+        never = f.create_dataset("never_written", shape=(30, 30), chunks=(10, 10), dtype="<f8")
+        never.attrs["note"] = "no chunk of this dataset is ever written"
+
+        f.create_dataset(
+            "edge_2d",
+            data=np.arange(25 * 17, dtype="<f4").reshape(25, 17),
+            chunks=(10, 5),
+        )
+        f.create_dataset(
+            "edge_3d",
+            data=np.arange(7 * 9 * 11, dtype="<i2").reshape(7, 9, 11),
+            chunks=(3, 4, 5),
+        )
+        f.create_dataset("contiguous", data=np.arange(20, dtype="<u2"))
+        f.create_dataset("contiguous_2d", data=np.arange(12, dtype=">f8").reshape(3, 4))
+        f.create_dataset("one_element", data=np.array([7], dtype="<i8"))
+        f.create_dataset("zero_size", shape=(0,), dtype="<f4")
+        f.create_dataset(
+            "zero_size_unlimited", shape=(0, 3), maxshape=(None, 3), chunks=(4, 3), dtype="<i4"
+        )
+    return path
+
+
+#: Filters tried with hsload. The value builds the ``create_dataset`` keyword arguments.
+_FILTERS: dict[str, Callable[[], dict[str, object]]] = {
+    "gzip": lambda: {"compression": "gzip", "compression_opts": 4},
+    "gzip_shuffle": lambda: {"compression": "gzip", "shuffle": True},
+    "lzf": lambda: {"compression": "lzf"},
+    "shuffle_only": lambda: {"shuffle": True},
+    "fletcher32": lambda: {"fletcher32": True},
+    "blosc_blosclz": lambda: dict(hdf5plugin.Blosc(cname="blosclz")),
+    "blosc_lz4": lambda: dict(hdf5plugin.Blosc(cname="lz4")),
+    "blosc_lz4hc": lambda: dict(hdf5plugin.Blosc(cname="lz4hc")),
+    "blosc_zlib": lambda: dict(hdf5plugin.Blosc(cname="zlib")),
+    "blosc_zstd": lambda: dict(hdf5plugin.Blosc(cname="zstd")),
+    "blosc_bitshuffle": lambda: dict(
+        hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.BITSHUFFLE)
+    ),
+    "bitshuffle": lambda: dict(hdf5plugin.Bitshuffle()),
+    "bitshuffle_lz4": lambda: dict(hdf5plugin.Bitshuffle(cname="lz4")),
+    "zstd": lambda: dict(hdf5plugin.Zstd()),
+    "lz4": lambda: dict(hdf5plugin.LZ4()),
+}
+
+
+def filter_data() -> np.ndarray:
+    """The (compressible) array every filtered dataset holds: 40x30 float32."""
+    base = np.arange(40 * 30, dtype="<f4").reshape(40, 30)
+    return (base % 17) * 0.5
+
+
+def write_filters(directory: Path, names: tuple[str, ...] | None = None) -> Path:
+    """One 40x30 chunked float32 dataset per filter, plus an int and a string variant."""
+    path = directory / "filters.h5"
+    data = filter_data()
+    with h5py.File(path, "w") as f:
+        for name, kwargs in _FILTERS.items():
+            if names is not None and name not in names:
+                continue
+            f.create_dataset(name, data=data, chunks=(16, 16), **kwargs())
+        f.create_dataset(
+            "gzip_int64",
+            data=np.arange(500, dtype="<i8").reshape(20, 25),
+            chunks=(8, 8),
+            compression="gzip",
+            shuffle=True,
+        )
+        f.create_dataset(
+            "gzip_vlen_str",
+            data=np.array([f"row {i}" for i in range(50)], dtype=object),
+            dtype=h5py.string_dtype(),
+            chunks=(16,),
+            compression="gzip",
+        )
+    return path
+
+
+def write_extlink_target(directory: Path) -> Path:
+    """The file ``links.h5`` points its external link at."""
+    path = directory / EXTERNAL_TARGET
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=np.arange(6, dtype="<i4"))
+        f.create_group("grp").create_dataset("inner", data=np.float32(1.5))
+    return path
+
+
+def write_links(directory: Path) -> Path:
+    """Groups and every kind of link, including cycles and names that need escaping."""
+    path = directory / "links.h5"
+    with h5py.File(path, "w") as f:
+        g3 = f.create_group("g1/g2/g3")
+        d = f["g1/g2"].create_dataset("d", data=np.arange(10, dtype="<i4"))
+        g3.create_dataset("deep", data=np.float64(2.0))
+        f.create_group("empty_group")
+
+        f["g1/soft_abs"] = h5py.SoftLink("/g1/g2/d")
+        f["g1/soft_rel"] = h5py.SoftLink("g2/d")
+        f["g1/soft_group"] = h5py.SoftLink("/g1/g2")
+        f["dangling"] = h5py.SoftLink("/does/not/exist")
+        f["ext_data"] = h5py.ExternalLink(EXTERNAL_TARGET, "/data")
+        f["ext_group"] = h5py.ExternalLink(EXTERNAL_TARGET, "/grp")
+        f["ext_missing"] = h5py.ExternalLink("no_such_file.h5", "/x")
+
+        f["g1/hard_alias"] = d  # the same dataset at two paths
+        f["g1/up"] = f["/"]  # cycle to the root
+        f["g1/g2/back"] = f["g1"]  # cycle to an ancestor
+
+        names = f.create_group("names")
+        for i, name in enumerate(ODD_NAMES):
+            names.create_dataset(name, data=np.int32(i))
+        names.create_dataset("x", data=np.arange(3, dtype="<i4"))
+        names.create_dataset("x.json", data=np.arange(4, dtype="<i4"))
+        names.create_group("y")
+        names.create_group("y.json")
+        names.create_group("with%2Fslash_escape")
+    return path
+
+
+def write_attrs(directory: Path) -> Path:
+    """Attributes of many types on the root group, a group, a dataset and a named type."""
+    path = directory / "attrs.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("dset", data=np.arange(4, dtype="<f4"))
+        g = f.create_group("grp")
+        f["named_type"] = np.dtype("<i8")
+        for obj in (f, g, d, f["named_type"]):
+            _add_attrs(obj, f)
+    return path
+
+
+def _add_attrs(obj: h5py.HLObject, f: h5py.File) -> None:
+    a = obj.attrs
+    a["str_vlen"] = "a variable-length string"
+    a["str_utf8"] = "ünïcødé ✓"
+    a.create("str_fixed", data=np.bytes_(b"fixed10"), dtype="S10")
+    a["str_array"] = np.array(["one", "", "three"], dtype=object)
+    a["int_scalar"] = np.int64(-5)
+    a["int_array"] = np.array([1, 2, 3], dtype="<i4")
+    a["int_2d"] = np.arange(6, dtype=">u2").reshape(2, 3)
+    a["float_special"] = np.array([np.nan, np.inf, -np.inf, 0.5], dtype="<f8")
+    a["float32"] = np.float32(1.25)
+    a["bool"] = np.bool_(True)
+    a["opaque"] = np.void(b"\x00\x01\x02\xff")
+    a.create("ref", data=f["dset"].ref, dtype=h5py.ref_dtype)
+    cdt = np.dtype([("x", "<i4"), ("name", "S4")])
+    a["compound"] = np.array([(1, b"ab"), (2, b"cd")], dtype=cdt)
+    a["null"] = h5py.Empty("f8")
+    a["empty_array"] = np.zeros((0,), dtype="<i4")
+    a["units"] = "m/s"
+
+
+#: File writers in load order; the external-link target first.
+WRITERS: dict[str, Callable[[Path], Path]] = {
+    EXTERNAL_TARGET: write_extlink_target,
+    "types.h5": write_types,
+    "layout.h5": write_layout,
+    "filters.h5": write_filters,
+    "links.h5": write_links,
+    "attrs.h5": write_attrs,
+}
+
+
+def write_all(directory: Path) -> dict[str, Path]:
+    """Write every test file into ``directory``; return ``{file name: path}``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Path] = {}
+    for name, writer in WRITERS.items():
+        out[name] = writer(directory)
+        log.debug("wrote %s", out[name])
+    return out
