@@ -1,0 +1,88 @@
+"""Running the real ``h5mount`` command against a real FUSE mount in tests.
+
+``mounted(source, mountpoint, *args)`` starts the daemon the way a user does
+(background mode, the parent exits once the mount is live), yields, and
+always unmounts with ``fusermount3 -u`` and waits for the daemon to go, even
+when the test body fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+H5MOUNT = [sys.executable, "-m", "mountd.cli"]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fuse_available() -> str | None:
+    """None if a FUSE mount can be made here, else the reason it cannot."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse does not exist"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is not installed"
+    return None
+
+
+def is_mounted(path: Path) -> bool:
+    target = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == target for line in f)
+
+
+def run_h5mount(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*H5MOUNT, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
+    )
+
+
+def unmount(path: Path) -> None:
+    if is_mounted(path):
+        subprocess.run(["fusermount3", "-u", "-z", str(path)], check=False, capture_output=True)
+
+
+def daemon_pids(mountpoint: Path) -> list[int]:
+    """PIDs of h5mount daemons serving ``mountpoint``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mountd.cli" in cmdline and str(mountpoint).encode() in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def wait_gone(mountpoint: Path, timeout: float = 15) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not daemon_pids(mountpoint) and not is_mounted(mountpoint):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@contextlib.contextmanager
+def mounted(source: str | Path, mountpoint: Path, *args: str) -> Iterator[Path]:
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    proc = run_h5mount(str(source), str(mountpoint), *args)
+    try:
+        if proc.returncode != 0:
+            raise AssertionError(f"h5mount failed ({proc.returncode}): {proc.stderr}")
+        assert is_mounted(mountpoint)
+        yield mountpoint
+    finally:
+        unmount(mountpoint)
+        if not wait_gone(mountpoint):
+            for pid in daemon_pids(mountpoint):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
