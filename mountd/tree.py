@@ -457,10 +457,11 @@ class GroupDir(ObjectDir):
                       else await self.tree.resolve(self.tree.root_path(domain), link.target))
         if target is None:
             text = link.target if link.kind is LinkKind.SOFT else f"{link.domain}::{link.target}"
-            return {"": Symlink(("link", self.op.key, name), text)}
+            return {"": Symlink(("link", self.op.key, name), text, self.tree.started)}
         entries: dict[str, Node] = {
             "": Symlink(("link", self.op.key, name),
-                        self.tree.relative(self.tree.dir_location(target), here)),
+                        self.tree.relative(self.tree.dir_location(target), here),
+                        self.tree.started),
         }
         try:
             obj = await self.tree.obj(target)
@@ -471,7 +472,7 @@ class GroupDir(ObjectDir):
                                         for v in self.tree.views):
                 location = self.tree.file_location(target, suffix)
                 entries[suffix] = Symlink(("link", self.op.key, name, suffix),
-                                          self.tree.relative(location, here))
+                                          self.tree.relative(location, here), self.tree.started)
         return entries
 
     async def _object_entries(self, op: ObjPath, link: Link) -> dict[str, Node]:
@@ -530,16 +531,18 @@ class DatasetDir(ObjectDir):
 
 
 class Symlink(SymlinkNode):
-    def __init__(self, key: Hashable, text: str) -> None:
+    def __init__(self, key: Hashable, text: str, mtime: float) -> None:
         self._key = key
         self._text = text
+        self._mtime = mtime
 
     @property
     def key(self) -> Hashable:
         return self._key
 
     async def stat(self) -> Stat:
-        return Stat(NodeType.SYMLINK, size=len(self._text.encode("utf-8", "surrogateescape")))
+        return Stat(NodeType.SYMLINK, size=len(self._text.encode("utf-8", "surrogateescape")),
+                    mtime=self._mtime, ctime=self._mtime)
 
     async def target(self) -> str:
         return self._text

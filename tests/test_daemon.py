@@ -126,8 +126,8 @@ def test_writes_fail_with_erofs(tmp_path: Path, hsds_bucket) -> None:
         root = mp / domain
         sidecar = mp / f"{domain}.json"
         attempts = [
-            lambda: open(root / "new.txt", "w"),
-            lambda: open(sidecar, "r+b"),
+            lambda: os.open(root / "new.txt", os.O_WRONLY | os.O_CREAT),
+            lambda: os.open(sidecar, os.O_RDWR),
             lambda: os.mkdir(root / "newdir"),
             lambda: os.unlink(sidecar),
             lambda: os.rename(sidecar, root / "moved.json"),
