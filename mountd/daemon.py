@@ -118,9 +118,14 @@ async def _loop(ops: Operations, ready: Callable[[], None]) -> bool:
     return signalled
 
 
-async def _mount_and_serve(config: MountConfig, catalog: Catalog,
-                           ready: Callable[[], None]) -> None:
-    """Mount, serve until the end, unmount. Raises StartError if the mount fails."""
+async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> None:
+    """Open the source, mount, serve until the end, unmount.
+
+    Raises StartError if the source or the mount fails. Runs entirely in the
+    process that serves the mount: trio's worker threads do not survive a
+    fork, so nothing trio-related may run before the daemon forks.
+    """
+    catalog = await _prepare(config)
     cached = CachedCatalog(catalog, ttl=config.metadata_ttl)
     tree = Tree(cached, ref_index_ttl=config.metadata_ttl)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl)
@@ -143,26 +148,25 @@ def run(config: MountConfig) -> int:
     try:
         check_mountpoint(config.mountpoint)
         check_fuse()
-        catalog = trio.run(_prepare, config)
     except StartError as exc:
         print(f"h5mount: {exc}", file=sys.stderr)
         return 1
     if config.foreground:
-        return _run_foreground(config, catalog)
-    return _run_background(config, catalog)
+        return _run_foreground(config)
+    return _run_background(config)
 
 
-def _run_foreground(config: MountConfig, catalog: Catalog) -> int:
+def _run_foreground(config: MountConfig) -> int:
     setup_logging(config, to_stderr=True)
     try:
-        trio.run(_mount_and_serve, config, catalog, lambda: sd_notify("READY=1"))
+        trio.run(_mount_and_serve, config, lambda: sd_notify("READY=1"))
     except (StartError, MountError) as exc:
         print(f"h5mount: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-def _run_background(config: MountConfig, catalog: Catalog) -> int:
+def _run_background(config: MountConfig) -> int:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid:
@@ -176,10 +180,10 @@ def _run_background(config: MountConfig, catalog: Catalog) -> int:
               file=sys.stderr)
         return 1
     os.close(read_fd)
-    os._exit(_daemon_child(config, catalog, write_fd))
+    os._exit(_daemon_child(config, write_fd))
 
 
-def _daemon_child(config: MountConfig, catalog: Catalog, write_fd: int) -> int:
+def _daemon_child(config: MountConfig, write_fd: int) -> int:
     os.setsid()
     os.chdir("/")
     setup_logging(config, to_stderr=False)
@@ -195,7 +199,7 @@ def _daemon_child(config: MountConfig, catalog: Catalog, write_fd: int) -> int:
         sd_notify("READY=1")
 
     try:
-        trio.run(_mount_and_serve, config, catalog, ready)
+        trio.run(_mount_and_serve, config, ready)
     except (StartError, MountError) as exc:
         if not pipe.closed:
             pipe.write(f"{exc}\n".encode())
