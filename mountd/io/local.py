@@ -2,7 +2,9 @@
 
 Owns nothing but a root path and a thread limiter. Every blocking call (open,
 read, stat, scandir) runs in ``trio.to_thread.run_sync`` under that limiter,
-so a slow disk never stalls the trio loop. Keys are checked so that none
+so a slow disk never stalls the trio loop. The calls only read, so a
+cancelled call is abandoned rather than waited for: a hung disk cannot block
+an unmount. Keys are checked so that none
 escapes the root (no ``..``, no absolute paths).
 """
 
@@ -44,7 +46,8 @@ class LocalStore:
 
     async def _run(self, key: str, fn: Callable[[], T]) -> T:
         try:
-            return await trio.to_thread.run_sync(fn, limiter=self._limiter)
+            return await trio.to_thread.run_sync(fn, limiter=self._limiter,
+                                                 abandon_on_cancel=True)
         except FileNotFoundError as exc:
             raise NotFound(key) from exc
         except NotADirectoryError as exc:
@@ -76,7 +79,8 @@ class LocalStore:
 
     async def exists(self, key: str) -> bool:
         path = self._path(key)
-        return await trio.to_thread.run_sync(path.is_file, limiter=self._limiter)
+        return await trio.to_thread.run_sync(path.is_file, limiter=self._limiter,
+                                             abandon_on_cancel=True)
 
     async def list_dir(self, prefix: str) -> Listing:
         path = self._path(prefix)
