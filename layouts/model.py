@@ -224,11 +224,16 @@ class Dataset(H5Object):
         grid = self.grid
         return len(index) == len(grid) and all(0 <= i < n for i, n in zip(index, grid, strict=True))
 
+    @property
+    def effective_fill(self) -> Any:
+        """What unstored elements read as: the fill value, or zero when there is none."""
+        if self.fill_value is None and self.type.fixed_size:
+            return np.zeros((), dtype=self.type.dtype)[()]
+        return self.fill_value
+
     def fill_bytes(self) -> bytes:
         """One element of the fill value as chunk-file bytes (fixed-size types)."""
-        if self.fill_value is None:
-            return bytes(self.type.itemsize)
-        return np.asarray(self.fill_value, dtype=self.type.dtype).tobytes()
+        return np.asarray(self.effective_fill, dtype=self.type.dtype).tobytes()
 
     async def read_chunk(self, index: ChunkIndex) -> bytes | None:
         return await self.store.read(index)

@@ -46,7 +46,7 @@ async def scalar_value(ds: Dataset) -> Any:
     """The value of a scalar dataset (its fill value when the chunk is not stored)."""
     data = await ds.read_chunk((0,))
     if data is None:
-        return ds.fill_value
+        return ds.effective_fill
     return decode_chunk(ds, data)[0]
 
 
@@ -56,7 +56,7 @@ def _dataset_fields(ds: Dataset) -> dict[str, Any]:
         "maxshape": None if ds.maxshape is None else list(ds.maxshape),
         "dtype": ds.type.sidecar,
         "chunks": list(ds.chunks),
-        "fill_value": ds.fill_value,
+        "fill_value": ds.effective_fill,
         "hdf5": dict(ds.hdf5),
     }
 

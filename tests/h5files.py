@@ -13,7 +13,8 @@ the ``DROPPED`` notes next to each writer.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -28,13 +29,26 @@ EXTERNAL_TARGET = "extlink_target.h5"
 #: A 300-byte link name (ASCII), longer than NAME_MAX of most file systems.
 LONG_NAME = "long_" + "n" * 295
 
-#: Link names that a file system view must escape or disambiguate.
+#: A 300-byte UTF-8 name of 2-byte characters: a 240-byte cut lands on a boundary,
+#: a 255-byte one would not.
+LONG_UTF8_NAME = "é" * 150
+
+#: Link names that a file system view must escape or disambiguate (each a
+#: scalar int32 dataset in ``links.h5:/names``, value = index here). ``..`` is a
+#: legal HDF5 link name. ``.zattrs``/``.zgroup``/``.zarray`` collide with files a
+#: Zarr view generates.
 ODD_NAMES = (
     "percent%41name",
+    "100%",
     "with space",
     "unicodé_名前",
     ".hidden",
+    "..",
+    ".zattrs",
+    ".zgroup",
+    ".zarray",
     LONG_NAME,
+    LONG_UTF8_NAME,
 )
 
 
@@ -152,14 +166,16 @@ def _misc_types(f: h5py.File) -> None:
     grp.create_dataset("scalar_float", data=np.float64(3.25))
     grp.create_dataset("scalar_vlen_str", data="hello scalar", dtype=h5py.string_dtype())
     grp.create_dataset("scalar_fixed_str", data=np.bytes_(b"fixed"))
-    grp.create_dataset("null", data=h5py.Empty("f4"))
+    # DROPPED: an H5S_NULL dataset (h5py.Empty("f4")): hsload turns it into an
+    # H5S_SCALAR dataset with no chunk. Null attributes keep H5S_NULL.
     grp.attrs["null_attr"] = h5py.Empty("i4")
 
 
 def write_types(directory: Path) -> Path:
     """Every datatype class HSDS can hold: numbers, strings, compounds, enums, refs...
 
-    DROPPED: nothing so far.
+    DROPPED (see the comments in ``_misc_types``): a dataset of array element
+    type and an H5S_NULL dataset.
     """
     path = directory / "types.h5"
     with h5py.File(path, "w") as f:
@@ -186,21 +202,25 @@ def write_layout(directory: Path) -> Path:
         )
         unlimited_both[...] = np.arange(25, dtype="<f8").reshape(5, 5)
 
-        fill_int = f.create_dataset("fill_int", shape=(20,), chunks=(5,), dtype="<i2", fillvalue=-1)
-        fill_int[0:5] = np.arange(5)
+        # 2-D on purpose: hsload widens 1-D chunk shapes (towards ~1 MB) so a
+        # small 1-D dataset always ends up as one chunk.
+        fill_int = f.create_dataset(
+            "fill_int", shape=(4, 10), chunks=(2, 5), dtype="<i2", fillvalue=-1
+        )
+        fill_int[0:2, 0:5] = np.arange(10).reshape(2, 5)
         fill_nan = f.create_dataset(
             "fill_nan", shape=(4, 8), chunks=(2, 4), dtype="<f4", fillvalue=np.nan
         )
-        fill_nan[0:2, 0:4] = 1.0
+        fill_nan[0:2, 0:4] = 1.0  # HSDS stores all 4 chunks: a NaN fill never compares equal
         cdt = np.dtype([("a", "<i4"), ("b", "<f4")])
         fill_cmp = f.create_dataset(
             "fill_compound",
-            shape=(6,),
-            chunks=(3,),
+            shape=(4, 3),
+            chunks=(2, 3),
             dtype=cdt,
             fillvalue=np.array((9, 0.5), dtype=cdt),
         )
-        fill_cmp[0:3] = np.array([(1, 1.0), (2, 2.0), (3, 3.0)], dtype=cdt)
+        fill_cmp[0] = np.array([(1, 1.0), (2, 2.0), (3, 3.0)], dtype=cdt)
 
         sparse = f.create_dataset("sparse", shape=(100, 100), chunks=(10, 10), dtype="<i4")
         sparse[0:10, 0:10] = 1
@@ -221,6 +241,7 @@ def write_layout(directory: Path) -> Path:
         f.create_dataset("contiguous", data=np.arange(20, dtype="<u2"))
         f.create_dataset("contiguous_2d", data=np.arange(12, dtype=">f8").reshape(3, 4))
         f.create_dataset("one_element", data=np.array([7], dtype="<i8"))
+        # hsload makes this one extendible: maxdims H5S_UNLIMITED, chunks [131072].
         f.create_dataset("zero_size", shape=(0,), dtype="<f4")
         f.create_dataset(
             "zero_size_unlimited", shape=(0, 3), maxshape=(None, 3), chunks=(4, 3), dtype="<i4"
@@ -228,57 +249,109 @@ def write_layout(directory: Path) -> Path:
     return path
 
 
-#: Filters tried with hsload. The value builds the ``create_dataset`` keyword arguments.
-_FILTERS: dict[str, Callable[[], dict[str, object]]] = {
-    "gzip": lambda: {"compression": "gzip", "compression_opts": 4},
-    "gzip_shuffle": lambda: {"compression": "gzip", "shuffle": True},
-    "lzf": lambda: {"compression": "lzf"},
-    "shuffle_only": lambda: {"shuffle": True},
-    "fletcher32": lambda: {"fletcher32": True},
-    "blosc_blosclz": lambda: dict(hdf5plugin.Blosc(cname="blosclz")),
-    "blosc_lz4": lambda: dict(hdf5plugin.Blosc(cname="lz4")),
-    "blosc_lz4hc": lambda: dict(hdf5plugin.Blosc(cname="lz4hc")),
-    "blosc_zlib": lambda: dict(hdf5plugin.Blosc(cname="zlib")),
-    "blosc_zstd": lambda: dict(hdf5plugin.Blosc(cname="zstd")),
-    "blosc_bitshuffle": lambda: dict(
-        hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.BITSHUFFLE)
-    ),
-    "bitshuffle": lambda: dict(hdf5plugin.Bitshuffle()),
-    "bitshuffle_lz4": lambda: dict(hdf5plugin.Bitshuffle(cname="lz4")),
-    "zstd": lambda: dict(hdf5plugin.Zstd()),
-    "lz4": lambda: dict(hdf5plugin.LZ4()),
-}
-
-
 def filter_data() -> np.ndarray:
-    """The (compressible) array every filtered dataset holds: 40x30 float32."""
+    """The (compressible) array most filtered datasets hold: 40x30 float32, 16x16 chunks."""
     base = np.arange(40 * 30, dtype="<f4").reshape(40, 30)
     return (base % 17) * 0.5
 
 
-def write_filters(directory: Path, names: tuple[str, ...] | None = None) -> Path:
-    """One 40x30 chunked float32 dataset per filter, plus an int and a string variant."""
+def _extra_filtered(f: h5py.File) -> None:
+    """An int64 shuffle+gzip dataset and a gzip vlen-string dataset."""
+    f.create_dataset(
+        "gzip_int64",
+        data=np.arange(500, dtype="<i8").reshape(20, 25),
+        chunks=(8, 8),
+        compression="gzip",
+        shuffle=True,
+    )
+    f.create_dataset(
+        "gzip_vlen_str",
+        data=np.array([f"row {i}" for i in range(50)], dtype=object),
+        dtype=h5py.string_dtype(),
+        chunks=(16,),
+        compression="gzip",
+    )
+
+
+def write_filters(directory: Path) -> Path:
+    """Built-in HDF5 filters that a plain ``hsload`` copies.
+
+    HSDS stores gzip as a Blosc frame with cname zlib. ``shuffle_only`` is kept
+    on purpose: HSDS 1.0.2 records the shuffle filter but writes the chunk bytes
+    unshuffled (its compressor step is skipped when there is no compressor), and
+    HSDS itself then misreads the chunk once it is no longer cached.
+
+    DROPPED: lzf (HSDS answers 400 "Unsupported filter id: 32000").
+    Kept but changed by hsload: fletcher32 is silently removed (stored raw, no
+    filter listed).
+    """
     path = directory / "filters.h5"
     data = filter_data()
     with h5py.File(path, "w") as f:
-        for name, kwargs in _FILTERS.items():
-            if names is not None and name not in names:
-                continue
-            f.create_dataset(name, data=data, chunks=(16, 16), **kwargs())
+        f.create_dataset("gzip", data=data, chunks=(16, 16), compression="gzip", compression_opts=4)
         f.create_dataset(
-            "gzip_int64",
-            data=np.arange(500, dtype="<i8").reshape(20, 25),
-            chunks=(8, 8),
-            compression="gzip",
-            shuffle=True,
+            "gzip_shuffle", data=data, chunks=(16, 16), compression="gzip", shuffle=True
         )
+        f.create_dataset("shuffle_only", data=data, chunks=(16, 16), shuffle=True)
+        f.create_dataset("fletcher32", data=data, chunks=(16, 16), fletcher32=True)
+        _extra_filtered(f)
+    return path
+
+
+def write_plugins(directory: Path) -> Path:
+    """hdf5plugin filters; load with ``hsload --ignore-filters`` (see ``LOADS``).
+
+    Plain hsload (h5pyd 1.0.0 with h5py 3.16) fails on every plugin filter with
+    "filter unknown is unknown": h5py reports ``compression == "unknown"`` and
+    hsload passes that on. ``--ignore-filters`` skips that and maps filter ids
+    itself: 32001 (Blosc, any cname) -> HSDS "blosclz", so the cname is lost;
+    32004 (LZ4) -> HSDS "lz4", stored as a Blosc lz4 frame; 32008 (Bitshuffle)
+    -> plain byte "shuffle", stored unshuffled like ``filters.h5/shuffle_only``.
+
+    DROPPED: hdf5plugin.Zstd (32015; h5json refuses "H5Z_FILTER_ZSTD not
+    supported").
+    """
+    path = directory / "plugins.h5"
+    data = filter_data()
+    plugin_filters: dict[str, Mapping[str, object]] = {
+        "blosc_blosclz": hdf5plugin.Blosc(cname="blosclz"),
+        "blosc_lz4": hdf5plugin.Blosc(cname="lz4"),
+        "blosc_lz4hc": hdf5plugin.Blosc(cname="lz4hc"),
+        "blosc_zlib": hdf5plugin.Blosc(cname="zlib"),
+        "blosc_zstd": hdf5plugin.Blosc(cname="zstd"),
+        "blosc_bitshuffle": hdf5plugin.Blosc(cname="lz4", shuffle=hdf5plugin.Blosc.BITSHUFFLE),
+        "lz4": hdf5plugin.LZ4(),
+        "bitshuffle": hdf5plugin.Bitshuffle(),
+        "bitshuffle_lz4": hdf5plugin.Bitshuffle(cname="lz4"),
+    }
+    with h5py.File(path, "w") as f:
+        for name, kwargs in plugin_filters.items():
+            f.create_dataset(name, data=data, chunks=(16, 16), **kwargs)
+    return path
+
+
+#: Compressors ``zcompress.h5`` is loaded with (``hsload -z 5 --compression NAME``).
+#: DROPPED: zstd (h5json: "H5Z_FILTER_ZSTD not supported"), snappy (same).
+ZCOMPRESSORS = ("blosclz", "lz4", "lz4hc", "gzip")
+
+
+def write_zcompress(directory: Path) -> Path:
+    """Unfiltered datasets that hsload compresses itself with ``-z 5 --compression NAME``.
+
+    This is the one way to get HSDS's own Blosc compressors (with and without
+    byte shuffle) into a bucket with hsload.
+    """
+    path = directory / "zcompress.h5"
+    data = filter_data()
+    with h5py.File(path, "w") as f:
+        f.create_dataset("plain", data=data, chunks=(16, 16))
+        f.create_dataset("shuffled", data=data, chunks=(16, 16), shuffle=True)
         f.create_dataset(
-            "gzip_vlen_str",
-            data=np.array([f"row {i}" for i in range(50)], dtype=object),
-            dtype=h5py.string_dtype(),
-            chunks=(16,),
-            compression="gzip",
+            "int16_3d",
+            data=np.arange(6 * 7 * 8, dtype="<i2").reshape(6, 7, 8),
+            chunks=(4, 4, 4),
         )
+        f.create_dataset("big_endian", data=data.astype(">f8"), chunks=(16, 16), shuffle=True)
     return path
 
 
@@ -309,14 +382,17 @@ def write_links(directory: Path) -> Path:
         f["ext_missing"] = h5py.ExternalLink("no_such_file.h5", "/x")
 
         f["g1/hard_alias"] = d  # the same dataset at two paths
-        f["g1/up"] = f["/"]  # cycle to the root
+        # DROPPED: a hard link to the root group (f["g1/up"] = f["/"]): hsload
+        # silently leaves it out. A hard link to any other ancestor survives.
         f["g1/g2/back"] = f["g1"]  # cycle to an ancestor
 
         names = f.create_group("names")
         for i, name in enumerate(ODD_NAMES):
             names.create_dataset(name, data=np.int32(i))
+        # Real links whose names a view would also generate for another link.
         names.create_dataset("x", data=np.arange(3, dtype="<i4"))
         names.create_dataset("x.json", data=np.arange(4, dtype="<i4"))
+        names.create_dataset("x.npy", data=np.arange(5, dtype="<i4"))
         names.create_group("y")
         names.create_group("y.json")
         names.create_group("with%2Fslash_escape")
@@ -339,6 +415,7 @@ def _add_attrs(obj: h5py.HLObject, f: h5py.File) -> None:
     a = obj.attrs
     a["str_vlen"] = "a variable-length string"
     a["str_utf8"] = "ünïcødé ✓"
+    # hsload stores this as a 7-byte fixed string (the value's length), not S10.
     a.create("str_fixed", data=np.bytes_(b"fixed10"), dtype="S10")
     a["str_array"] = np.array(["one", "", "three"], dtype=object)
     a["int_scalar"] = np.int64(-5)
@@ -348,7 +425,9 @@ def _add_attrs(obj: h5py.HLObject, f: h5py.File) -> None:
     a["float32"] = np.float32(1.25)
     a["bool"] = np.bool_(True)
     a["opaque"] = np.void(b"\x00\x01\x02\xff")
-    a.create("ref", data=f["dset"].ref, dtype=h5py.ref_dtype)
+    # A scalar reference attribute comes out of hsload as a variable-length
+    # string "d-...", so the reference attribute is a 1-element array.
+    a.create("ref", data=[f["dset"].ref], dtype=h5py.ref_dtype)
     cdt = np.dtype([("x", "<i4"), ("name", "S4")])
     a["compound"] = np.array([(1, b"ab"), (2, b"cd")], dtype=cdt)
     a["null"] = h5py.Empty("f8")
@@ -356,15 +435,42 @@ def _add_attrs(obj: h5py.HLObject, f: h5py.File) -> None:
     a["units"] = "m/s"
 
 
-#: File writers in load order; the external-link target first.
+#: File writers, by file name.
 WRITERS: dict[str, Callable[[Path], Path]] = {
     EXTERNAL_TARGET: write_extlink_target,
     "types.h5": write_types,
     "layout.h5": write_layout,
     "filters.h5": write_filters,
+    "plugins.h5": write_plugins,
+    "zcompress.h5": write_zcompress,
     "links.h5": write_links,
     "attrs.h5": write_attrs,
 }
+
+
+@dataclass(frozen=True)
+class Load:
+    """One hsload: ``source`` (a ``WRITERS`` name) to ``domain``, with extra hsload args."""
+
+    domain: str
+    source: str
+    args: tuple[str, ...] = ()
+
+
+def _plan() -> tuple[Load, ...]:
+    special = ("plugins.h5", "zcompress.h5")
+    loads = [Load(f"home/admin/{name}", name) for name in WRITERS if name not in special]
+    loads.append(Load("home/admin/plugins.h5", "plugins.h5", ("--ignore-filters",)))
+    loads += [
+        Load(f"home/admin/zcompress_{name}.h5", "zcompress.h5", ("-z", "5", "--compression", name))
+        for name in ZCOMPRESSORS
+    ]
+    return tuple(loads)
+
+
+#: Every domain the HSDS fixture creates, in load order (keys have no leading "/").
+#: ``zcompress.h5`` is loaded once per compressor and never plainly.
+LOADS: tuple[Load, ...] = _plan()
 
 
 def write_all(directory: Path) -> dict[str, Path]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -29,10 +30,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
+
+import h5py
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,10 @@ _SCRUB_NAMES = ("CONFIG_DIR", "CONFIG_OVERRIDE_PATH", "PYTHONSTARTUP")
 
 class HsdsError(RuntimeError):
     """HSDS failed to start, load, flush or stop; the message says which."""
+
+
+class _PortTaken(HsdsError):
+    """A node could not bind its port (someone took it after we chose it)."""
 
 
 def hsds_node_available() -> bool:
@@ -104,6 +112,8 @@ class HsdsServer:
     """One HSDS data node plus service node, with POSIX storage in ``root_dir/bucket``.
 
     Use as a context manager; ``stop()`` always runs on exit, also after an error.
+    Node logs go to ``log_dir`` (``dn.log``, ``sn.log``); without a ``log_dir`` a
+    temporary one is made and removed on a clean exit, kept after an error.
     """
 
     def __init__(
@@ -150,6 +160,10 @@ class HsdsServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+        if exc_type is None:
+            self.cleanup_logs()
+        else:
+            log.error("HSDS node logs kept in %s", self.log_dir)
 
     def _node_env(self) -> dict[str, str]:
         return clean_env(
@@ -165,7 +179,7 @@ class HsdsServer:
         self._log_files[name] = log_path
         workdir = self.log_dir / f"{name}-cwd"
         workdir.mkdir(exist_ok=True)
-        with open(log_path, "ab") as log_file:
+        with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(
                 ["hsds-node", *args],
                 stdout=log_file,
@@ -178,12 +192,32 @@ class HsdsServer:
         self._procs[name] = proc
         log.debug("started HSDS %s pid %d, log %s", name, proc.pid, log_path)
 
-    def start(self) -> None:
-        """Start both nodes and wait until the service node reports READY."""
+    def start(self, attempts: int = 3) -> None:
+        """Start both nodes and wait until the service node reports READY.
+
+        A free port can be taken by someone else between choosing and binding
+        it; when a node exits with "address already in use" the start is retried
+        on new ports, up to ``attempts`` times.
+        """
         if self._procs:
             raise HsdsError("HSDS already started")
         self.bucket_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once()
+            except _PortTaken as exc:
+                if attempt == attempts:
+                    raise HsdsError(str(exc)) from None
+                log.warning("HSDS port collision, retrying on new ports: %s", exc)
+                continue
+            except BaseException:
+                self.stop()
+                raise
+            log.info("HSDS ready at %s, bucket %s", self.endpoint, self.bucket_dir)
+            return
+
+    def _start_once(self) -> None:
         self._dn_port = _free_port()
         self._sn_port = _free_port()
         while self._sn_port == self._dn_port:
@@ -191,40 +225,44 @@ class HsdsServer:
         dn_url = f"http://127.0.0.1:{self._dn_port}"
         sn_url = self.endpoint
         root = f"--root_dir={self.root_dir}"
+        self._spawn(
+            "dn",
+            [
+                "--node_type=dn",
+                "--log_prefix=dn1 ",
+                "--standalone",
+                "--node_number=0",
+                f"--dn_urls={dn_url}",
+                f"--hsds_endpoint={sn_url}",
+                root,
+            ],
+        )
+        self._spawn(
+            "sn",
+            [
+                "--node_type=sn",
+                "--log_prefix=sn ",
+                "--standalone",
+                f"--dn_urls={dn_url}",
+                f"--sn_url={sn_url}",
+                f"--hsds_endpoint={sn_url}",
+                f"--hs_username={ADMIN_USER}",
+                f"--hs_password={ADMIN_PASSWORD}",
+                f"--admin_user={ADMIN_USER}",
+                "--password_file=",
+                root,
+            ],
+        )
         try:
-            self._spawn(
-                "dn",
-                [
-                    "--node_type=dn",
-                    "--log_prefix=dn1 ",
-                    "--standalone",
-                    "--node_number=0",
-                    f"--dn_urls={dn_url}",
-                    f"--hsds_endpoint={sn_url}",
-                    root,
-                ],
-            )
-            self._spawn(
-                "sn",
-                [
-                    "--node_type=sn",
-                    "--log_prefix=sn ",
-                    "--standalone",
-                    f"--dn_urls={dn_url}",
-                    f"--sn_url={sn_url}",
-                    f"--hsds_endpoint={sn_url}",
-                    f"--hs_username={ADMIN_USER}",
-                    f"--hs_password={ADMIN_PASSWORD}",
-                    f"--admin_user={ADMIN_USER}",
-                    "--password_file=",
-                    root,
-                ],
-            )
             self._wait_ready()
-        except BaseException:
+        except HsdsError as exc:
             self.stop()
+            if any(
+                "address already in use" in _tail(path, 20).lower()
+                for path in self._log_files.values()
+            ):
+                raise _PortTaken(str(exc)) from None
             raise
-        log.info("HSDS ready at %s, bucket %s", sn_url, self.bucket_dir)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
@@ -279,7 +317,7 @@ class HsdsServer:
         self._procs.clear()
 
     def cleanup_logs(self) -> None:
-        """Delete the log directory if this object created it."""
+        """Delete the log directory if this object created it (not a given ``log_dir``)."""
         if self._own_log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
@@ -337,6 +375,52 @@ class HsdsServer:
             log.info("flush %s answered %s, retrying", domain, status or body[:100])
             time.sleep(1.0)
 
+    def flush_and_verify(self, domain: str, h5file: Path, timeout: float = 120.0) -> None:
+        """Flush ``domain``, then wait until every object and data chunk is on disk.
+
+        The flush answers 204 only once HSDS has written everything, so the check
+        should pass at once; it is repeated (with more flushes) until ``timeout``
+        to be safe, then fails naming what is missing.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.flush(domain, timeout=max(1.0, deadline - time.monotonic()))
+            missing = missing_objects(self.bucket_dir, domain, h5file)
+            if not missing:
+                return
+            if time.monotonic() >= deadline:
+                raise HsdsError(
+                    f"{domain}: {len(missing)} objects still not stored after flush: "
+                    f"{missing[:10]}" + self.logs_tail(20)
+                )
+            log.warning("%s: %d objects not stored yet after flush", domain, len(missing))
+            time.sleep(0.5)
+
+    def wait_for_scan(self, domain: str, timeout: float = 60.0) -> None:
+        """Wait until the background scan wrote ``db/<uuid1>/.info.json`` and ``.summary.json``.
+
+        The scan runs ``SCAN_WAIT_TIME`` (2 s here) after the domain last changed.
+        Both files are parsed, so a half-written file does not count.
+        """
+        dom = _read_json(self.bucket_dir / domain.strip("/") / ".domain.json")
+        if dom is None or "root" not in dom:
+            raise HsdsError(f"{domain}: no domain with a root to wait for")
+        prefix = self.bucket_dir / "db" / str(dom["root"])[2:19]
+        names = (".info.json", ".summary.json")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if all(_read_json(prefix / name) is not None for name in names):
+                    return
+            except ValueError:
+                pass  # caught mid-write
+            if time.monotonic() >= deadline:
+                raise HsdsError(
+                    f"{domain}: no {' / '.join(names)} in {prefix} after {timeout:.0f}s"
+                    + self.logs_tail(20)
+                )
+            time.sleep(0.2)
+
     # ------------------------------------------------------------------ client tools
 
     def client_env(self) -> dict[str, str]:
@@ -353,6 +437,11 @@ class HsdsServer:
         """Run an h5pyd tool in a scratch directory; raise with its output on failure."""
         workdir = self.log_dir / "client-cwd"
         workdir.mkdir(exist_ok=True)
+        # h5pyd tools read ./.hscfg before ~/.hscfg: pin every setting here.
+        (workdir / ".hscfg").write_text(
+            f"hs_endpoint = {self.endpoint}\n"
+            f"hs_username = {ADMIN_USER}\nhs_password = {ADMIN_PASSWORD}\n"
+        )
         try:
             proc = subprocess.run(
                 args,
@@ -368,8 +457,7 @@ class HsdsServer:
         out = (proc.stdout + proc.stderr).decode(errors="replace")
         if proc.returncode != 0:
             raise HsdsError(
-                f"{' '.join(args)} exited {proc.returncode}:\n{out[-4000:]}"
-                + self.logs_tail(20)
+                f"{' '.join(args)} exited {proc.returncode}:\n{out[-4000:]}" + self.logs_tail(20)
             )
         log.debug("%s: %s", args[0], out.strip()[-1000:])
         return out
@@ -388,24 +476,170 @@ class HsdsServer:
         self._run_tool([*args, folder])
         self._folders_made.add(folder)
 
-    def load(self, h5file: Path, domain: str, link: bool = False) -> None:
+    def load(
+        self,
+        h5file: Path,
+        domain: str,
+        link: bool = False,
+        *,
+        args: Sequence[str] = (),
+    ) -> None:
         """``hsload`` a local HDF5 file to ``domain`` (e.g. ``/home/admin/x.h5``).
 
         Creates ``/home/`` and ``/home/admin/`` first when missing. With ``link``
-        the file must lie inside ``root_dir`` and only its metadata is copied;
-        chunks stay in the file (``H5D_*_REF`` layouts).
+        the file must lie inside ``root_dir`` (e.g. ``root_dir/bucket/files/x.h5``)
+        and only its metadata is copied; chunks stay in the file (``H5D_*_REF``
+        layouts whose ``file_uri`` is the path relative to ``root_dir``).
+        Caveat (h5pyd 1.0.0 + h5json 2.0.1): hsload --link copies datasets of at
+        most 512 elements as usual and fails on larger ones ("Only datasets with
+        'H5D_CHUNKED' layout can be resizable"), so it cannot make ``*_REF``
+        layouts here. ``args`` are extra
+        hsload options such as ``("--ignore-filters",)``.
         """
         domain = _abs_domain(domain)
         self.ensure_folder("/home/")
         self.ensure_folder(f"/home/{ADMIN_USER}/", owner=ADMIN_USER)
-        args = ["hsload"]
-        src = str(Path(h5file).resolve())
+        cmd = ["hsload", *args]
+        src = Path(h5file).resolve()
         if link:
-            rel = Path(src).relative_to(self.root_dir)
-            args += ["--link"]
-            src = str(rel)
-        self._run_tool([*args, src, domain])
+            # hsload opens the local file for metadata; the server gets the path
+            # relative to its root_dir ("BUCKET/dir/file.h5") as the chunk source.
+            try:
+                rel = src.relative_to(self.root_dir)
+            except ValueError as exc:
+                raise HsdsError(f"--link needs {src} inside root_dir {self.root_dir}") from exc
+            cmd += ["--link", "--linkpath", str(rel)]
+        self._run_tool([*cmd, str(src), domain])
         log.info("hsloaded %s to %s", h5file, domain)
+
+
+# ---------------------------------------------------------------------- stored-object check
+
+_PRIMES = (29, 31, 37, 41, 43, 47, 53, 59, 61, 67)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object at ``path``, or None when it is missing or still empty."""
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if not text:
+        return None
+    return dict(json.loads(text))
+
+
+def _object_path(bucket_dir: Path, obj_id: str, root_id: str) -> Path:
+    """Where HSDS (schema v2 ids) keeps the JSON of a group, dataset or committed type."""
+    kind, rest = obj_id[0], obj_id[2:]
+    uuid1, uuid2 = rest[:17], rest[18:]
+    db = bucket_dir / "db" / uuid1
+    if obj_id == root_id:
+        return db / ".group.json"
+    sub, name = {"g": ("g", ".group.json"), "d": ("d", ".dataset.json")}.get(
+        kind, ("t", ".datatype.json")
+    )
+    return db / sub / uuid2 / name
+
+
+def _chunk_key_path(dset_dir: Path, layout: Mapping[str, Any], index: tuple[int, ...]) -> Path:
+    name = "_".join(str(i) for i in index) if index else "0"
+    count = layout.get("partition_count")
+    if count:
+        part = sum(i * _PRIMES[d % len(_PRIMES)] for d, i in enumerate(index)) % int(count)
+        return dset_dir / f"p{part}" / name
+    return dset_dir / name
+
+
+def _chunk_has_data(region: np.ndarray, fill: np.ndarray) -> bool:
+    """True when a chunk region holds anything but the fill value (so HSDS must store it)."""
+    if region.size == 0:
+        return False
+    if region.dtype.hasobject:
+        return True  # vlen data: no cheap fill comparison; expect the chunk
+    return region.tobytes() != np.broadcast_to(fill, region.shape).astype(region.dtype).tobytes()
+
+
+def missing_objects(bucket_dir: Path, domain: str, h5file: Path) -> list[str]:
+    """Keys HSDS should have written for ``domain`` (loaded from ``h5file``) but has not.
+
+    Checks the domain JSON, every group, dataset and committed type reachable from
+    its root through hard links, and, for every dataset of the source file, every
+    chunk whose data differs from the fill value. Linked (``*_REF``) layouts are
+    not checked for chunks. An empty list means the load is completely stored.
+    """
+    bucket_dir = Path(bucket_dir)
+    key = domain.strip("/")
+    missing: list[str] = []
+    dom = _read_json(bucket_dir / key / ".domain.json")
+    if dom is None or "root" not in dom:
+        return [f"{key}/.domain.json"]
+    ids: dict[str, str] = {}  # h5 path -> object id
+    seen: set[str] = set()
+    root_id = str(dom["root"])
+    pending: list[tuple[str, str]] = [("/", root_id)]
+    while pending:
+        path, obj_id = pending.pop()
+        ids.setdefault(path, obj_id)
+        if obj_id in seen:
+            continue
+        seen.add(obj_id)
+        obj_path = _object_path(bucket_dir, obj_id, root_id)
+        obj = _read_json(obj_path)
+        if obj is None:
+            missing.append(str(obj_path.relative_to(bucket_dir)))
+            continue
+        for name, link in obj.get("links", {}).items():
+            if link.get("class") == "H5L_TYPE_HARD":
+                child = path.rstrip("/") + "/" + name
+                pending.append((child, str(link["id"])))
+    if missing:
+        return missing
+
+    with h5py.File(h5file, "r") as f:
+        datasets: list[str] = []
+        f.visititems(
+            lambda name, obj: datasets.append("/" + name) if isinstance(obj, h5py.Dataset) else None
+        )
+        for path in datasets:
+            obj_id = ids.get(path)
+            if obj_id is None:
+                missing.append(f"<no object for {path}>")
+                continue
+            json_path = _object_path(bucket_dir, obj_id, root_id)
+            missing.extend(_missing_chunks(bucket_dir, json_path, f[path]))
+    return missing
+
+
+def _missing_chunks(bucket_dir: Path, json_path: Path, dset: h5py.Dataset) -> list[str]:
+    meta = _read_json(json_path) or {}
+    layout = meta.get("layout") or meta.get("creationProperties", {}).get("layout", {})
+    if str(layout.get("class", "")).endswith("_REF") or dset.shape is None:
+        return []
+    dset_dir = json_path.parent
+    try:
+        fill = np.asarray(dset.fillvalue, dtype=dset.dtype)
+    except (TypeError, ValueError):
+        fill = np.zeros((), dtype=dset.dtype)
+    if dset.shape == ():
+        expected = [()] if _chunk_has_data(np.asarray(dset[()]), fill) else []
+        return [
+            str(_chunk_key_path(dset_dir, layout, i).relative_to(bucket_dir))
+            for i in expected
+            if not _chunk_key_path(dset_dir, layout, i).is_file()
+        ]
+    dims = [int(d) for d in layout.get("dims", dset.shape)]
+    data = dset[()]
+    grid = [range(-(-n // c)) for n, c in zip(dset.shape, dims, strict=True)]
+    missing: list[str] = []
+    for index in itertools.product(*grid):
+        sel = tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, dims, strict=True))
+        if not _chunk_has_data(data[sel], fill):
+            continue
+        key_path = _chunk_key_path(dset_dir, layout, index)
+        if not key_path.is_file() or key_path.stat().st_size == 0:
+            missing.append(str(key_path.relative_to(bucket_dir)))
+    return missing
 
 
 def _abs_domain(domain: str) -> str:
