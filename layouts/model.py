@@ -233,7 +233,9 @@ class Dataset(H5Object):
 
     def fill_bytes(self) -> bytes:
         """One element of the fill value as chunk-file bytes (fixed-size types)."""
-        return np.asarray(self.effective_fill, dtype=self.type.dtype).tobytes()
+        if self.fill_value is None:
+            return bytes(self.type.itemsize)
+        return np.asarray(self.fill_value, dtype=self.type.dtype).tobytes()
 
     async def read_chunk(self, index: ChunkIndex) -> bytes | None:
         return await self.store.read(index)

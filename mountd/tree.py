@@ -257,6 +257,10 @@ class Tree:
         self._ref_index[domain.path] = (now + self._ref_index_ttl, index)
         return index
 
+    def times(self, op: ObjPath, obj: AnyObject) -> tuple[float, float]:
+        """(mtime, ctime) of an object's entries: a domain root uses the domain's."""
+        return _times(obj if op.names else op.domain, self)
+
     def resolver(self, domain: Domain) -> Callable[[ObjectRef], Awaitable[str | None]]:
         async def resolve(ref: ObjectRef) -> str | None:
             return await self.ref_path(domain, ref)
@@ -360,7 +364,7 @@ class ObjectDir(SnapshotDir):
         return ("dir", self.op.key)
 
     async def stat(self) -> Stat:
-        mtime, ctime = _times(await self.tree.obj(self.op), self.tree)
+        mtime, ctime = self.tree.times(self.op, await self.tree.obj(self.op))
         return Stat(NodeType.DIR, mtime=mtime, ctime=ctime)
 
     async def xattrs(self) -> dict[str, bytes]:
@@ -566,8 +570,7 @@ class SidecarFile(FileNode):
                                            self.tree.resolver(self.op.domain))
 
     async def stat(self) -> Stat:
-        obj = await self.tree.obj(self.op)
-        mtime, ctime = _times(obj, self.tree)
+        mtime, ctime = self.tree.times(self.op, await self.tree.obj(self.op))
         return Stat(NodeType.FILE, size=len(await self.content()), mtime=mtime, ctime=ctime)
 
     async def open(self) -> FileHandle:

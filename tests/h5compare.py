@@ -101,14 +101,14 @@ def chunk_region(index: tuple[int, ...], chunks: list[int],
 def expected_chunk(ds: h5py.Dataset, index: tuple[int, ...], chunks: list[int],
                    dtype: np.dtype) -> np.ndarray:
     """The chunk at ``index`` as h5py reads it, padded with the fill value."""
+    is_str = ds.dtype.kind == "O" and h5py.check_string_dtype(ds.dtype)
     if ds.shape == ():
-        return np.asarray(ds[()], dtype=dtype).reshape(1)
+        return np.asarray(ds.asstr()[()] if is_str else ds[()], dtype=dtype).reshape(1)
     region = chunk_region(index, chunks, ds.shape)
     if dtype.kind == "O":
         block = np.full(chunks, "", dtype=object)
     else:
         block = np.full(chunks, ds.fillvalue, dtype=dtype)
-    part = ds.asstr()[region] if ds.dtype.kind == "O" and h5py.check_string_dtype(ds.dtype) \
-        else ds[region]
+    part = ds.asstr()[region] if is_str else ds[region]
     block[tuple(slice(0, s) for s in np.shape(part))] = part
     return block

@@ -69,6 +69,9 @@ def check_dataset(ds: h5py.Dataset, where: Path, side: Path, f: h5py.File) -> No
     assert doc["path"] == ds.name or doc["id"]
     assert doc["shape"] == (None if ds.shape is None else list(ds.shape)), where
     dtype = sidecar_dtype(doc)
+    if h5py.check_ref_dtype(ds.dtype):
+        check_references(ds, where, doc, f)
+        return
     if isinstance(dtype, np.dtype):
         assert dtype == ds.dtype or dtype.descr == ds.dtype.descr, (where, dtype, ds.dtype)
         assert doc["fill_value"] == expected_json(np.asarray(ds.fillvalue, dtype=dtype)[()], f), \
@@ -112,6 +115,19 @@ def check_dataset(ds: h5py.Dataset, where: Path, side: Path, f: h5py.File) -> No
         if isinstance(value, np.generic):
             value = value.item()
         assert doc["value"] == value, where
+
+
+def check_references(ds: h5py.Dataset, where: Path, doc: dict, f: h5py.File) -> None:
+    """Reference chunks hold the target ids (``|S48``), as HSDS stores them."""
+    assert doc["dtype"] == "|S48"
+    root = where.parents[len(ds.name.strip("/").split("/")) - 1]
+    (name,) = os.listdir(where)
+    ids = np.frombuffer((where / name).read_bytes(), dtype="S48")
+    for ref, obj_id in zip(ds[()], ids, strict=False):
+        target = f[ref].name
+        side = root / mount_file(target, ".json") if target != "/" else \
+            root.parent / f"{root.name}.json"
+        assert json.loads(side.read_text())["id"] == obj_id.decode(), (where, target)
 
 
 def check_attributes(obj, where: Path, side: Path, f: h5py.File) -> None:

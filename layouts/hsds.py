@@ -1,0 +1,386 @@
+"""The HSDS storage layout: a bucket (or one of its domains) as a ``Catalog``.
+
+Owns reading HSDS metadata JSON from a ``Store`` and building the object model
+from it: folders and domains (``.domain.json``), groups and links, datasets
+(shape, layout, filters, fill value, chunk store) and committed datatypes.
+Types and values are decoded by ``layouts.hsds_types``; chunks by
+``layouts.hsds_chunks``; ids and keys by ``layouts.hsds_ids``.
+
+Every failure leaves as ``NotFound`` (nothing there), ``Corrupt`` (stored bytes
+that are not valid HSDS, naming the key) or ``StorageError`` from the store.
+
+Concurrency: ``HsdsCatalog`` keeps no mutable state, so any number of trio
+tasks may call it at once. Metadata JSON is small and parsed inline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from layouts import hsds_ids
+from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
+from layouts.hsds_types import (
+    MAX_TYPE_DEPTH,
+    FormatError,
+    attribute_value,
+    element_type,
+    fill_value,
+    parse_type,
+    sidecar_dtype,
+)
+from layouts.model import (
+    AnyObject,
+    Attribute,
+    Dataset,
+    Datatype,
+    Domain,
+    ElementType,
+    Group,
+    Link,
+    LinkKind,
+    ObjectKind,
+)
+from mountd.errors import Corrupt, NotFound
+from mountd.io.store import Store
+
+log = logging.getLogger(__name__)
+
+DOMAIN_FILE = ".domain.json"
+#: Layout classes whose chunks live in another file (``hsload --link``).
+LINKED_LAYOUTS = ("H5D_CONTIGUOUS_REF", "H5D_CHUNKED_REF", "H5D_CHUNKED_REF_INDIRECT")
+#: Largest number of elements a dataset may declare (fits a signed 64-bit index).
+MAX_ELEMENTS = (1 << 63) - 1
+#: Largest chunk, in elements, accepted from a layout.
+MAX_CHUNK_ELEMENTS = (1 << 31) - 1
+#: How many top-level prefixes ``probe`` checks for a ``.domain.json``.
+PROBE_PREFIXES = 64
+
+_LINK_KINDS = {"H5L_TYPE_HARD": LinkKind.HARD, "H5L_TYPE_SOFT": LinkKind.SOFT,
+               "H5L_TYPE_EXTERNAL": LinkKind.EXTERNAL}
+
+
+def _clean_path(path: str) -> str:
+    return path.strip("/")
+
+
+def _prefix(path: str) -> str:
+    """The listing prefix of a folder path: ``""`` or ``a/b/``."""
+    path = _clean_path(path)
+    return f"{path}/" if path else ""
+
+
+def _time(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _load_json(key: str, raw: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise Corrupt(key, f"not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise Corrupt(key, f"expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+async def probe(store: Store) -> bool:
+    """True if ``store`` looks like an HSDS bucket: it has ``db/`` or a
+    top-level folder with a ``.domain.json``. Storage errors propagate."""
+    try:
+        listing = await store.list_dir("")
+    except NotFound:
+        return False
+    if "db/" in listing.prefixes:
+        return True
+    for prefix in listing.prefixes[:PROBE_PREFIXES]:
+        if await store.exists(prefix + DOMAIN_FILE):
+            return True
+    return False
+
+
+class HsdsCatalog:
+    """A ``Catalog`` over an HSDS bucket stored in ``store``.
+
+    ``single_domain`` (``/home/u/f.h5`` or ``home/u/f.h5``) mounts just that
+    domain; it is kept without slashes at either end.
+    """
+
+    def __init__(self, store: Store, single_domain: str | None = None) -> None:
+        self._store = store
+        self._single = _clean_path(single_domain) if single_domain is not None else None
+
+    probe = staticmethod(probe)
+
+    @property
+    def single_domain(self) -> str | None:
+        return self._single
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    # ------------------------------------------------------------------ folders
+
+    async def list_folder(self, path: str) -> list[str]:
+        prefix = _prefix(path)
+        listing = await self._store.list_dir(prefix)
+        names = []
+        for sub in listing.prefixes:
+            name = sub[len(prefix):].rstrip("/")
+            if not name or (not prefix and name == "db"):
+                continue
+            names.append(name)
+        return names
+
+    async def domain(self, path: str) -> Domain | None:
+        path = _clean_path(path)
+        key = f"{path}/{DOMAIN_FILE}" if path else DOMAIN_FILE
+        try:
+            raw = await self._store.get(key)
+        except NotFound:
+            raw = b""
+        if not raw:
+            if await self._has_prefix(path):
+                return None
+            raise NotFound(key)
+        doc = _load_json(key, raw)
+        root = doc.get("root")
+        if root is not None:
+            try:
+                root_id = hsds_ids.parse_id(root) if isinstance(root, str) else None
+            except hsds_ids.BadId:
+                root_id = None
+            if root_id is None or root_id.kind is not ObjectKind.GROUP:
+                raise Corrupt(key, f"root is not a group id: {root!r}")
+            root = root_id.id
+        info = {k: v for k, v in doc.items() if k != "root"}
+        return Domain(path=path, root_id=root, created=_time(doc.get("created")),
+                      modified=_time(doc.get("lastModified")), info=info)
+
+    async def _has_prefix(self, path: str) -> bool:
+        try:
+            listing = await self._store.list_dir(_prefix(path))
+        except NotFound:
+            return False
+        return bool(listing.prefixes or listing.keys)
+
+    # ------------------------------------------------------------------ objects
+
+    async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
+        try:
+            hid = hsds_ids.parse_id(hsds_ids.normalize_id(obj_id))
+        except hsds_ids.BadId as exc:
+            raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+        key = hid.json_key()
+        doc = await self._read_json(key)
+        if doc.get("id", hid.id) != hid.id:
+            raise Corrupt(key, f"holds object {doc.get('id')!r}, not {hid.id}")
+        try:
+            if hid.prefix == "g":
+                return self._group(hid, doc)
+            if hid.prefix == "t":
+                tj = doc.get("type")
+                return Datatype(id=hid.id, attrs=self._attrs(doc),
+                                created=_time(doc.get("created")),
+                                modified=_time(doc.get("lastModified")),
+                                type=element_type(tj, parse_type(tj)))
+            return await self._dataset(hid, key, doc)
+        except (FormatError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            raise Corrupt(key, str(exc) or type(exc).__name__) from exc
+
+    async def _read_json(self, key: str) -> dict[str, Any]:
+        """An object's JSON. A zero-length object (a write in progress, or lost)
+        is Corrupt: something links to it, so it is not simply missing."""
+        raw = await self._store.get(key)
+        if not raw:
+            raise Corrupt(key, "object JSON is empty")
+        return _load_json(key, raw)
+
+    def _group(self, hid: hsds_ids.HsdsId, doc: Mapping[str, Any]) -> Group:
+        raw_links = doc.get("links", {})
+        if not isinstance(raw_links, Mapping):
+            raise FormatError("links must be an object")
+        links: dict[str, Link] = {}
+        for name, item in raw_links.items():
+            link = self._link(item)
+            if link is None:
+                log.warning("skipping malformed link %r in %s: %r", name, hid.id, item)
+                continue
+            links[name] = link
+        return Group(id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),
+                     modified=_time(doc.get("lastModified")), links=links)
+
+    @staticmethod
+    def _link(item: Any) -> Link | None:
+        if not isinstance(item, Mapping):
+            return None
+        kind = _LINK_KINDS.get(item.get("class"))
+        if kind is LinkKind.HARD:
+            target = item.get("id")
+            if not isinstance(target, str):
+                return None
+            try:
+                hid = hsds_ids.parse_id(hsds_ids.normalize_id(target))
+            except hsds_ids.BadId:
+                return Link(LinkKind.HARD, target)
+            return Link(LinkKind.HARD, hid.id, target_kind=hid.kind)
+        path = item.get("h5path")
+        if kind is None or not isinstance(path, str):
+            return None
+        if kind is LinkKind.SOFT:
+            return Link(LinkKind.SOFT, path)
+        domain = item.get("h5domain", item.get("domain"))
+        if not isinstance(domain, str):
+            return None
+        return Link(LinkKind.EXTERNAL, path, domain=domain)
+
+    @staticmethod
+    def _attrs(doc: Mapping[str, Any]) -> tuple[Attribute, ...]:
+        raw = doc.get("attributes", {})
+        if not isinstance(raw, Mapping):
+            raise FormatError("attributes must be an object")
+        out = []
+        for name, item in raw.items():
+            if not isinstance(item, Mapping):
+                raise FormatError(f"attribute {name!r} is not an object")
+            try:
+                htype = parse_type(item.get("type"))
+                shape = _shape(item.get("shape"))[0]
+                value = attribute_value(htype, shape, item.get("value"), item.get("encoding"))
+            except FormatError as exc:
+                raise FormatError(f"attribute {name!r}: {exc}") from exc
+            out.append(Attribute(name=name, value=value, dtype=sidecar_dtype(htype)))
+        return tuple(out)
+
+    async def _resolve_type(self, tj: Any, depth: int = 0) -> Any:
+        """Inline a committed type given by id (``t-...``/``datatypes/...``)."""
+        if not isinstance(tj, str) or tj.startswith("H5T_"):
+            return tj
+        if depth > MAX_TYPE_DEPTH:
+            raise FormatError("committed type chain is too long")
+        try:
+            tid = hsds_ids.parse_id(hsds_ids.normalize_id(tj))
+        except hsds_ids.BadId as exc:
+            raise FormatError(str(exc)) from exc
+        if tid.prefix != "t":
+            raise FormatError(f"type refers to a non-type object {tj!r}")
+        doc = await self._read_json(tid.json_key())
+        inner = await self._resolve_type(doc.get("type"), depth + 1)
+        return {**inner, "id": tid.id} if isinstance(inner, Mapping) else inner
+
+    async def _dataset(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any]) -> Dataset:
+        tj = await self._resolve_type(doc.get("type"))
+        htype = parse_type(tj)
+        etype = element_type(tj, htype)
+        shape, maxshape = _shape(doc.get("shape"))
+        cprops = doc.get("creationProperties") or {}
+        if not isinstance(cprops, Mapping):
+            raise FormatError("creationProperties must be an object")
+        layout = _layout(doc, cprops)
+        if layout.get("class") in LINKED_LAYOUTS:
+            raise Corrupt(key, "linked datasets are not supported yet")
+        chunks = _chunk_shape(shape, layout)
+        _check_chunk_size(chunks, etype)
+        filters = cprops.get("filters") or []
+        plan: FilterPlan = filter_plan(filters)
+        partitions = layout.get("partition_count", 0)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
+            raise FormatError(f"bad partition_count {partitions!r}")
+        spec = ChunkSpec(htype=htype, etype=etype, chunks=chunks, plan=plan)
+        store = HsdsChunkStore(self._store, hid, shape, spec, partitions)
+        fill = fill_value(htype, cprops.get("fillValue"), cprops.get("fillValue_encoding"))
+        return Dataset(
+            id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),
+            modified=_time(doc.get("lastModified")), shape=shape, maxshape=maxshape,
+            type=etype, chunks=chunks, fill_value=fill,
+            hdf5={"type": tj, "filters": filters, "layout": dict(layout)}, store=store)
+
+
+# ---------------------------------------------------------------------- dataset helpers
+
+
+def _dims(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise FormatError(f"{what} must be a list")
+    dims = []
+    for d in value:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            raise FormatError(f"bad {what} entry {d!r}")
+        dims.append(d)
+    return tuple(dims)
+
+
+def _shape(shape: Any) -> tuple[tuple[int, ...] | None, tuple[int | None, ...] | None]:
+    """(shape, maxshape) from HSDS shape JSON; None shape for ``H5S_NULL``."""
+    if not isinstance(shape, Mapping):
+        raise FormatError("shape must be an object")
+    cls = shape.get("class")
+    if cls == "H5S_NULL":
+        return None, None
+    if cls == "H5S_SCALAR":
+        return (), ()
+    if cls != "H5S_SIMPLE":
+        raise FormatError(f"unknown shape class {cls!r}")
+    dims = _dims(shape.get("dims"), "dims")
+    if not dims:
+        raise FormatError("H5S_SIMPLE shape without dims")
+    if math.prod(dims) > MAX_ELEMENTS:
+        raise FormatError(f"shape {list(dims)} has too many elements")
+    raw_max = shape.get("maxdims")
+    if raw_max is None:
+        return dims, dims
+    if not isinstance(raw_max, list) or len(raw_max) != len(dims):
+        raise FormatError("maxdims must be a list as long as dims")
+    maxshape: list[int | None] = []
+    for m, d in zip(raw_max, dims, strict=True):
+        if m in (0, "H5S_UNLIMITED"):
+            maxshape.append(None)
+        elif isinstance(m, int) and not isinstance(m, bool) and m >= d:
+            maxshape.append(m)
+        else:
+            raise FormatError(f"bad maxdims entry {m!r}")
+    return dims, tuple(maxshape)
+
+
+def _layout(doc: Mapping[str, Any], cprops: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The layout in force: a top-level ``layout`` (older servers) unless the
+    creation properties hold a linked layout, else ``creationProperties.layout``."""
+    top = doc.get("layout")
+    inner = cprops.get("layout")
+    if top is not None and not isinstance(top, Mapping):
+        raise FormatError("layout must be an object")
+    if inner is not None and not isinstance(inner, Mapping):
+        raise FormatError("creationProperties.layout must be an object")
+    if isinstance(inner, Mapping) and inner.get("class") in LINKED_LAYOUTS:
+        return inner
+    return top or inner or {}
+
+
+def _chunk_shape(shape: tuple[int, ...] | None, layout: Mapping[str, Any]) -> tuple[int, ...]:
+    """Chunk shape: layout ``dims`` for chunked layouts; the whole dataset for
+    contiguous, compact or missing layouts (HSDS stores those as one chunk)."""
+    if not shape:
+        return ()
+    raw = layout.get("dims")
+    if raw is None:
+        if str(layout.get("class", "")).startswith("H5D_CHUNKED"):
+            raise FormatError("chunked layout without dims")
+        return shape
+    chunks = _dims(raw, "layout dims")
+    if len(chunks) != len(shape) or any(c <= 0 for c in chunks):
+        raise FormatError(f"layout dims {list(chunks)} do not fit shape {list(shape)}")
+    return chunks
+
+
+def _check_chunk_size(chunks: tuple[int, ...], etype: ElementType) -> None:
+    elements = math.prod(chunks)
+    itemsize = etype.itemsize if etype.fixed_size else 1
+    if elements > MAX_CHUNK_ELEMENTS or elements * itemsize > MAX_CHUNK_ELEMENTS:
+        raise FormatError(f"chunk shape {list(chunks)} is too large")
+

@@ -1,0 +1,393 @@
+"""Finding, listing and decoding the chunk objects of one HSDS dataset.
+
+Owns ``HsdsChunkStore`` (the model's ``ChunkStore`` for HSDS), the filter plan
+derived from a dataset's ``filters`` JSON and ``decode_chunk``, which turns a
+stored chunk object into the chunk *file* of MOUNT-SPEC.md.
+
+How HSDS 1.0.2 writes chunks (``hsds/util/storUtil.py`` ``_compress``,
+``hsds/datanode_lib.py`` ``getFilterOps``), and so how they are read here:
+
+1. With a compression filter, the bytes are a Blosc frame (gzip is Blosc with
+   cname ``zlib``); Blosc undoes its own byte shuffle. Older servers wrote raw
+   zlib of byte-shuffled data, so raw zlib is unshuffled afterwards.
+2. Bitshuffle is applied only for a filter of class ``H5Z_FILTER_SHUFFLE`` named
+   ``bitshuffle``: a 12-byte big-endian header (total bytes, block bytes) and
+   bitshuffle-LZ4 blocks, then Blosc on top if compressed. A filter of class
+   ``H5Z_FILTER_BITSHUFFLE`` is ignored by HSDS 1.0.2 (stored raw). The two are
+   told apart by length: bitshuffled data is never exactly the chunk size.
+3. Byte shuffle *without* a compressor is not applied by HSDS 1.0.2 (the
+   bytes are stored raw, and HSDS's own reader wrongly unshuffles them).
+4. Variable-length chunks are never shuffled. They are converted to the
+   numcodecs encodings (``VLenUTF8``/``VLenBytes``/``VLenArray`` are the HSDS
+   stream with a uint32 item count in front; ``JSON`` re-encodes the values).
+
+Concurrency: a store holds only immutable state and may be used from many trio
+tasks. Decoding a chunk whose stored or decoded size reaches
+``THREAD_THRESHOLD`` runs in a worker thread under the module-level
+``DECODE_LIMITER`` (2 threads); numcodecs and bitshuffle release the GIL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+import zlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numcodecs
+import numpy as np
+import trio
+
+from layouts import hsds_ids
+from layouts.hsds_types import FormatError, HType, read_count, read_elements, to_plain
+from layouts.model import ChunkIndex, ElementType, VlenKind
+from mountd.errors import Corrupt, NotFound
+from mountd.io.store import Store
+
+log = logging.getLogger(__name__)
+
+#: Chunks at least this large (stored plus decoded bytes) are decoded in a worker thread.
+THREAD_THRESHOLD = 64 * 1024
+#: Limits concurrent chunk decoding across all datasets.
+DECODE_LIMITER = trio.CapacityLimiter(2)
+#: Largest chunk (decoded bytes) accepted; bigger headers are treated as corrupt.
+MAX_CHUNK_BYTES = (1 << 31) - 1
+
+_NOOP = {"H5Z_FILTER_NONE", "H5Z_FILTER_FLETCHER32", "H5Z_FILTER_NBIT",
+         "H5Z_FILTER_SCALEOFFSET"}
+_COMPRESSORS = {"H5Z_FILTER_DEFLATE", "H5Z_FILTER_LZF", "H5Z_FILTER_BLOSC", "H5Z_FILTER_SNAPPY",
+                "H5Z_FILTER_LZ4", "H5Z_FILTER_LZ4HC", "H5Z_FILTER_ZSTD"}
+_CLASS_BY_ID = {0: "H5Z_FILTER_NONE", 1: "H5Z_FILTER_DEFLATE", 2: "H5Z_FILTER_SHUFFLE",
+                3: "H5Z_FILTER_FLETCHER32", 5: "H5Z_FILTER_NBIT", 6: "H5Z_FILTER_SCALEOFFSET",
+                32000: "H5Z_FILTER_LZF", 32001: "H5Z_FILTER_BLOSC", 32003: "H5Z_FILTER_SNAPPY",
+                32004: "H5Z_FILTER_LZ4", 32005: "H5Z_FILTER_LZ4HC",
+                32008: "H5Z_FILTER_BITSHUFFLE", 32015: "H5Z_FILTER_ZSTD"}
+_BLOSC_HEADER = struct.Struct("<BBBBIII")
+_ITEM_COUNT = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class FilterPlan:
+    """What a dataset's ``filters`` JSON means for reading its chunks."""
+
+    compressed: bool = False
+    deflate: bool = False
+    shuffle: bool = False
+    bitshuffle: bool = False
+    #: Description of the first filter this reader does not know, if any.
+    unknown: str | None = None
+
+
+def filter_plan(filters: Any) -> FilterPlan:
+    """Interpret HSDS filter JSON (a list of ``{class, id, name, ...}``)."""
+    if filters is None:
+        return FilterPlan()
+    if not isinstance(filters, list):
+        raise FormatError("filters must be a list")
+    compressed = deflate = shuffle = bitshuffle = False
+    unknown = None
+    for item in filters:
+        if not isinstance(item, Mapping):
+            raise FormatError(f"filter must be an object, got {item!r}")
+        cls = item.get("class")
+        if cls not in _NOOP | _COMPRESSORS | {"H5Z_FILTER_SHUFFLE", "H5Z_FILTER_BITSHUFFLE"}:
+            fid = item.get("id")
+            cls = _CLASS_BY_ID.get(fid) if isinstance(fid, int) else None
+        if cls in _COMPRESSORS:
+            compressed = True
+            deflate = deflate or cls == "H5Z_FILTER_DEFLATE"
+        elif cls == "H5Z_FILTER_SHUFFLE":
+            if item.get("name") == "bitshuffle":
+                bitshuffle = True
+            else:
+                shuffle = True
+        elif cls == "H5Z_FILTER_BITSHUFFLE":
+            bitshuffle = True
+        elif cls not in _NOOP and unknown is None:
+            unknown = f"{item.get('class')} (id {item.get('id')}, name {item.get('name')})"
+    return FilterPlan(compressed, deflate, shuffle, bitshuffle, unknown)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSpec:
+    """Everything needed to decode one dataset's chunks, fixed at ``get_object``."""
+
+    htype: HType
+    etype: ElementType
+    chunks: tuple[int, ...]
+    plan: FilterPlan
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.chunks)
+
+    @property
+    def nbytes(self) -> int | None:
+        """Decoded size for fixed-size types, None for variable-length ones."""
+        if self.etype.vlen is not None:
+            return None
+        return self.elements * self.etype.itemsize
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _blosc_sizes(data: bytes) -> tuple[int, int] | None:
+    """(nbytes, cbytes) if ``data`` starts like a Blosc frame with typesize > 0."""
+    if len(data) < _BLOSC_HEADER.size:
+        return None
+    version, _, _, typesize, nbytes, _, cbytes = _BLOSC_HEADER.unpack_from(data)
+    if not 1 <= version <= 5 or typesize == 0:
+        return None
+    return nbytes, cbytes
+
+
+def _decompress(raw: bytes, plan: FilterPlan, expected: int | None,
+                key: str) -> tuple[bytes, str]:
+    """Undo the compressor: (bytes, "blosc" | "zlib" | "raw")."""
+    if not plan.compressed:
+        return raw, "raw"
+    sizes = _blosc_sizes(raw)
+    if sizes is not None:
+        nbytes, cbytes = sizes
+        if cbytes != len(raw):
+            raise Corrupt(key, f"Blosc frame says {cbytes} bytes but the object has {len(raw)}")
+        if nbytes > MAX_CHUNK_BYTES or (
+                expected is not None and not plan.bitshuffle and nbytes != expected):
+            raise Corrupt(key, f"Blosc frame holds {nbytes} bytes, chunk needs {expected}")
+        try:
+            return bytes(numcodecs.blosc.decompress(raw)), "blosc"
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise Corrupt(key, f"Blosc decompression failed: {exc}") from exc
+    if plan.deflate:
+        try:
+            return zlib.decompress(raw), "zlib"
+        except zlib.error as exc:
+            if expected is None or len(raw) != expected:
+                raise Corrupt(key, f"zlib decompression failed: {exc}") from exc
+    if expected is not None and len(raw) != expected:
+        raise Corrupt(key, f"compressed chunk of {len(raw)} bytes is not a Blosc or zlib stream")
+    return raw, "raw"
+
+
+def _bitunshuffle(data: bytes, spec: ChunkSpec, key: str) -> bytes:
+    expected = spec.nbytes or 0
+    itemsize = spec.etype.itemsize
+    if len(data) < 12:
+        raise Corrupt(key, "bitshuffle data shorter than its header")
+    total = int.from_bytes(data[:8], "big")
+    block_nbytes = int.from_bytes(data[8:12], "big")
+    if total != expected or block_nbytes <= 0 or block_nbytes % (8 * itemsize):
+        raise Corrupt(key, f"bad bitshuffle header (total {total}, block {block_nbytes} bytes)")
+    problem = _bitshuffle_layout_problem(data, spec.elements, itemsize, block_nbytes // itemsize)
+    if problem:
+        raise Corrupt(key, f"bad bitshuffle data: {problem}")
+    try:
+        import bitshuffle  # noqa: PLC0415  (optional: only bitshuffled datasets need it)
+    except ImportError as exc:
+        raise Corrupt(key, "bitshuffle chunks need the 'bitshuffle' package") from exc
+    try:
+        arr = bitshuffle.decompress_lz4(
+            np.frombuffer(data, dtype=np.uint8, offset=12), (spec.elements,),
+            np.dtype(f"V{itemsize}"), block_nbytes // itemsize)
+    except Exception as exc:  # the extension raises plain Exception/RuntimeError/ValueError
+        raise Corrupt(key, f"bitshuffle decompression failed: {exc}") from exc
+    return bytes(arr.tobytes())
+
+
+def _bitshuffle_layout_problem(data: bytes, elements: int, itemsize: int,
+                               block: int) -> str | None:
+    """Check the block structure the bitshuffle C decoder trusts blindly.
+
+    After the 12-byte header come ``elements // block`` blocks of ``block``
+    elements, one block of the remainder rounded down to a multiple of 8 (if
+    any), each as a 4-byte big-endian size plus that many LZ4 bytes, and then
+    the last ``elements % 8`` elements raw. ``bshuf_decompress_lz4`` is not
+    given the input length, so a short or padded stream must be refused here.
+    """
+    rest = elements % block
+    blocks = elements // block + (1 if rest - rest % 8 else 0)
+    pos = 12
+    for _ in range(blocks):
+        if pos + 4 > len(data):
+            return f"ends inside a block header at byte {pos}"
+        pos += 4 + int.from_bytes(data[pos:pos + 4], "big")
+        if pos > len(data):
+            return f"block ends past the data at byte {pos}"
+    leftover = (elements % 8) * itemsize
+    if pos + leftover != len(data):
+        return f"{len(data)} bytes where the blocks need {pos + leftover}"
+    return None
+
+
+def _scan_vlen(data: bytes, count: int, itemsize: int | None) -> None:
+    """Check that ``data`` is exactly ``count`` HSDS variable-length items."""
+    pos = 0
+    for _ in range(count):
+        start = pos
+        size, pos = read_count(data, pos)
+        if itemsize and size % itemsize:
+            raise FormatError(f"item at byte {start} has {size} bytes, "
+                              f"not whole {itemsize}-byte values")
+    if pos != len(data):
+        raise FormatError(f"{len(data) - pos} unexpected bytes after {count} items")
+
+
+def _encode_vlen(data: bytes, spec: ChunkSpec) -> bytes:
+    kind = spec.etype.vlen
+    count = spec.elements
+    if kind is VlenKind.JSON:
+        values = read_elements(spec.htype, data, count)
+        arr = np.empty(count, dtype=object)
+        for i, value in enumerate(values):
+            arr[i] = to_plain(spec.htype, value, attr=False)
+        return bytes(numcodecs.JSON().encode(arr.reshape(spec.chunks)))
+    base = spec.etype.vlen_base
+    _scan_vlen(data, count, base.itemsize if kind is VlenKind.ARRAY and base is not None else None)
+    return _ITEM_COUNT.pack(count) + data
+
+
+def decode_chunk(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
+    """A stored HSDS chunk object as chunk-file bytes (MOUNT-SPEC.md). Raises Corrupt."""
+    plan = spec.plan
+    if plan.unknown:
+        raise Corrupt(key, f"unsupported filter {plan.unknown}")
+    expected = spec.nbytes
+    data, how = _decompress(raw, plan, expected, key)
+    if expected is None:
+        try:
+            return _encode_vlen(data, spec)
+        except (FormatError, UnicodeDecodeError, ValueError) as exc:
+            raise Corrupt(key, f"bad variable-length chunk: {exc}") from exc
+    if plan.bitshuffle and len(data) != expected:
+        data = _bitunshuffle(data, spec, key)
+    elif plan.shuffle and how == "zlib" and spec.etype.itemsize > 1:
+        data = bytes(numcodecs.Shuffle(spec.etype.itemsize).decode(data))
+    if len(data) != expected:
+        raise Corrupt(key, f"chunk decodes to {len(data)} bytes, expected {expected}")
+    return data
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class HsdsChunkStore:
+    """The stored chunks of one dataset: ``ChunkStore`` for the object model.
+
+    ``shape`` is None for an ``H5S_NULL`` dataset (no chunks) and ``()`` for a
+    scalar (one chunk, index ``(0,)``, key ``0``). ``partition_count`` (>= 2)
+    puts chunks under ``p<P>/``. Schema v1 datasets (``dset.is_v2`` False)
+    keep their chunks as ``md5(chunk_id)[:5]-chunk_id`` keys at the bucket top.
+    """
+
+    def __init__(self, store: Store, dset: hsds_ids.HsdsId, shape: tuple[int, ...] | None,
+                 spec: ChunkSpec, partition_count: int = 0) -> None:
+        self._store = store
+        self._dset = dset
+        self._shape = shape
+        self._spec = spec
+        self._partitions = partition_count if partition_count >= 2 else 0
+        if shape is None:
+            self._grid: tuple[int, ...] | None = None
+        elif shape == ():
+            self._grid = (1,)
+        else:
+            self._grid = tuple(-(-n // c) if c else 0
+                               for n, c in zip(shape, spec.chunks, strict=True))
+
+    @property
+    def spec(self) -> ChunkSpec:
+        return self._spec
+
+    def _in_grid(self, index: Sequence[int]) -> bool:
+        grid = self._grid
+        return grid is not None and len(index) == len(grid) and all(
+            0 <= i < n for i, n in zip(index, grid, strict=True))
+
+    def key(self, index: ChunkIndex) -> str:
+        """The storage key of the chunk at ``index`` (which must be in the grid)."""
+        name = hsds_ids.chunk_name(index)
+        if not self._dset.is_v2:
+            return hsds_ids.v1_key(f"c-{self._dset.id[2:]}_{name}")
+        prefix = self._dset.chunk_dir()
+        if self._partitions:
+            prefix += f"p{hsds_ids.partition_of(index, self._partitions)}/"
+        return prefix + name
+
+    async def exists(self, index: ChunkIndex) -> bool:
+        if not self._in_grid(index):
+            return False
+        return await self._store.exists(self.key(index))
+
+    async def read(self, index: ChunkIndex) -> bytes | None:
+        if not self._in_grid(index):
+            return None
+        if self._spec.plan.unknown:
+            # Named by the dataset's JSON: that is what is wrong, and it is logged once.
+            raise Corrupt(self._dset.json_key(), f"unsupported filter {self._spec.plan.unknown}")
+        key = self.key(index)
+        try:
+            raw = await self._store.get(key)
+        except NotFound:
+            return None
+        if not raw:
+            raise Corrupt(key, "chunk object is empty")
+        if len(raw) + (self._spec.nbytes or len(raw)) >= THREAD_THRESHOLD:
+            return await trio.to_thread.run_sync(
+                decode_chunk, raw, self._spec, key, limiter=DECODE_LIMITER)
+        return decode_chunk(raw, self._spec, key)
+
+    async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
+        if self._grid is None:
+            return
+        if not self._dset.is_v2:
+            async for index in self._iter_v1():
+                yield index
+            return
+        base = self._dset.chunk_dir()
+        if not self._partitions:
+            async for index in self._iter_dir(base, None):
+                yield index
+            return
+        try:
+            listing = await self._store.list_dir(base)
+        except NotFound:
+            return
+        for prefix in listing.prefixes:
+            name = prefix[len(base):].rstrip("/")
+            number = name[1:]
+            if name[:1] != "p" or not number.isdigit() or int(number) >= self._partitions:
+                continue
+            async for index in self._iter_dir(prefix, int(number)):
+                yield index
+
+    async def _iter_dir(self, prefix: str, partition: int | None) -> AsyncIterator[ChunkIndex]:
+        try:
+            listing = await self._store.list_dir(prefix)
+        except NotFound:
+            return
+        rank = len(self._grid or ())
+        for key in listing.keys:
+            index = hsds_ids.parse_chunk_name(key[len(prefix):], rank)
+            if index is None or not self._in_grid(index):
+                continue
+            if partition is None or hsds_ids.partition_of(index, self._partitions) == partition:
+                yield index
+
+    async def _iter_v1(self) -> AsyncIterator[ChunkIndex]:
+        stem = f"c-{self._dset.id[2:]}_"
+        try:
+            listing = await self._store.list_dir("")
+        except NotFound:
+            return
+        rank = len(self._grid or ())
+        for key in listing.keys:
+            head, sep, rest = key.partition("-")
+            if not sep or len(head) != 5 or not rest.startswith(stem):
+                continue
+            index = hsds_ids.parse_chunk_name(rest[len(stem):], rank)
+            if index is not None and self._in_grid(index) and key == self.key(index):
+                yield index
