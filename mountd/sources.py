@@ -11,7 +11,6 @@ import logging
 import os
 
 from layouts.hsds import HsdsCatalog, probe
-
 from layouts.model import Catalog
 from mountd.errors import MountError, SourceError
 from mountd.io.local import LocalStore
