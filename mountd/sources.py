@@ -12,7 +12,7 @@ import os
 
 from layouts.hsds import HsdsCatalog, probe
 from layouts.model import Catalog
-from mountd.errors import MountError, SourceError
+from mountd.errors import MountError, NotFound, SourceError
 from mountd.io.local import LocalStore
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ async def open_source(source: str, domain: str | None = None) -> Catalog:
     if domain is not None:
         try:
             found = await catalog.domain(_domain_path(domain))
+        except NotFound:
+            raise SourceError(f"{source}: no such domain {domain}") from None
         except MountError as exc:
             raise SourceError(f"{source}: domain {domain}: {exc}") from exc
         if found is None or found.root_id is None:

@@ -131,7 +131,13 @@ class Tree:
     # -- model access ---------------------------------------------------
 
     async def obj(self, op: ObjPath) -> AnyObject:
-        return await self.catalog.get_object(op.domain, op.id)
+        """The object at ``op``. A link to an object that is not stored is broken
+        metadata (EIO), not a missing name."""
+        try:
+            return await self.catalog.get_object(op.domain, op.id)
+        except NotFound as exc:
+            raise StorageError(str(exc), f"object {op.id} linked at {op.h5path} is missing") \
+                from exc
 
     async def root(self) -> DirNode:
         """The node at the mount root."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -140,3 +141,47 @@ def test_writes_fail_with_erofs(tmp_path: Path, hsds_bucket) -> None:
             with pytest.raises(OSError) as info:
                 attempt()
             assert info.value.errno == errno.EROFS
+
+
+def test_owner_options(tmp_path: Path, hsds_bucket) -> None:
+    mp = tmp_path / "mp"
+    with mounted(hsds_bucket.bucket_dir, mp, "-o", "uid=1234,gid=5678,ro,noatime"):
+        domain = next(iter(hsds_bucket.files))
+        for path in (mp, mp / domain, mp / f"{domain}.json"):
+            st = os.stat(path)
+            assert (st.st_uid, st.st_gid) == (1234, 5678)
+
+
+def test_domain_option_mounts_one_root_group(tmp_path: Path, hsds_bucket) -> None:
+    mp = tmp_path / "mp"
+    with mounted(hsds_bucket.bucket_dir, mp, "--domain", "/home/admin/links.h5"):
+        names = set(os.listdir(mp))
+        assert {".root.json", "g1", "g1.json", "names"} <= names
+        assert os.readlink(mp / "g1/soft_abs") == "g2/d"
+        # the external link's domain is not in this mount: a dangling DOMAIN::PATH link
+        assert os.readlink(mp / "ext_data").endswith("::/data")
+    missing = run_h5mount(str(hsds_bucket.bucket_dir), str(mp), "--domain", "/home/nobody.h5")
+    assert missing.returncode == 1 and "no such domain /home/nobody.h5" in missing.stderr
+    assert not is_mounted(mp)
+
+
+def test_systemd_notify(tmp_path: Path, hsds_bucket) -> None:
+    mp = tmp_path / "mp"
+    mp.mkdir()
+    sock_path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(sock_path))
+        sock.settimeout(30)
+        env = {**os.environ, "NOTIFY_SOCKET": str(sock_path)}
+        proc = subprocess.Popen([*H5MOUNT, "-f", str(hsds_bucket.bucket_dir), str(mp)],
+                                cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            assert sock.recv(100) == b"READY=1"
+            assert is_mounted(mp)
+            proc.terminate()
+            assert sock.recv(100) == b"STOPPING=1"
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            unmount(mp)

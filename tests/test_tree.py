@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from layouts.model import Attribute, Domain, Link, LinkKind, ObjectKind, ObjectRef
-from mountd.errors import NotFound
+from mountd.errors import NotFound, StorageError
 from mountd.names import display_name, escape
 from mountd.nodes import DirNode, FileNode, Node, SymlinkNode
 from mountd.tree import Tree
@@ -43,6 +43,7 @@ def make_catalog(single: str | None = None) -> MemoryCatalog:
             "g-1",
             dset=hard("d-1"),
             up=hard("g-root"),
+            lost=hard("g-lost"),
             me=hard("g-1"),
             back=Link(LinkKind.SOFT, "../x"),
         ),
@@ -198,6 +199,17 @@ def test_dataset_chunks_and_sidecar() -> None:
         assert xattrs["user.h5.shape"] == b"[35, 18]"
         assert xattrs["user.h5.kind"] == b"dataset"
 
+    trio.run(main)
+
+
+def test_link_to_missing_object_is_an_io_error() -> None:
+    async def main() -> None:
+        tree = Tree(make_catalog())
+        g1 = await walk(tree, "home/u/f.h5/g1")
+        assert "lost" in await names(g1)  # listed, like any link
+        lost = await walk(tree, "home/u/f.h5/g1/lost")
+        with pytest.raises(StorageError):
+            await lost.stat()
     trio.run(main)
 
 

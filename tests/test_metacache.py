@@ -1,0 +1,133 @@
+"""Laziness and the metadata TTL cache, over a real HSDS bucket, without a mount.
+
+A wrapper store counts the reads that reach the real local store, in the
+manner of zarr's logging stores; nothing is faked.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import trio
+
+from layouts.hsds import HsdsCatalog
+from layouts.model import Group
+from mountd.errors import NotFound
+from mountd.io.local import LocalStore
+from mountd.io.store import ByteRange, Listing, ObjectInfo
+from mountd.metacache import CachedCatalog
+from mountd.nodes import DirNode
+from mountd.tree import Tree
+
+
+class CountingStore:
+    """Passes every call to a real store and counts them by (method, key)."""
+
+    def __init__(self, inner: LocalStore) -> None:
+        self.inner = inner
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    async def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
+        self.calls["get", key] += 1
+        return await self.inner.get(key, byte_range)
+
+    async def head(self, key: str) -> ObjectInfo:
+        self.calls["head", key] += 1
+        return await self.inner.head(key)
+
+    async def exists(self, key: str) -> bool:
+        self.calls["exists", key] += 1
+        return await self.inner.exists(key)
+
+    async def list_dir(self, prefix: str) -> Listing:
+        self.calls["list", prefix] += 1
+        return await self.inner.list_dir(prefix)
+
+    def iter_keys(self, prefix: str):
+        self.calls["iter", prefix] += 1
+        return self.inner.iter_keys(prefix)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(bucket_dir, ttl: float = 60.0):
+    store = CountingStore(LocalStore(bucket_dir))
+    clock = Clock()
+    cached = CachedCatalog(HsdsCatalog(store), ttl=ttl, clock=clock)
+    return store, clock, cached
+
+
+def test_mount_root_reads_nothing(hsds_bucket) -> None:
+    async def main() -> None:
+        store, _, cached = setup(hsds_bucket.bucket_dir)
+        await Tree(cached).root()
+        assert sum(store.calls.values()) == 0
+    trio.run(main)
+
+
+def test_looking_into_one_group_reads_only_its_objects(hsds_bucket) -> None:
+    async def main() -> None:
+        store, _, cached = setup(hsds_bucket.bucket_dir)
+        node = await Tree(cached).root()
+        for part in ("home", "admin", "links.h5", "g1"):
+            assert isinstance(node, DirNode)
+            node = await node.lookup(part)
+        assert isinstance(node, DirNode)
+        gets = [key for (method, key) in store.calls if method == "get"]
+        # the folders, the domain and its root group: nothing of other domains
+        assert "home/admin/links.h5/.domain.json" in gets
+        others = [k for k in gets if k.startswith("home/admin/")
+                  and not k.startswith("home/admin/links.h5/") and k != "home/admin/.domain.json"]
+        assert others == []
+        assert sum(1 for k in gets if k.startswith("db/")) == 1  # the root group
+        await node.stat()  # what a FUSE lookup also asks: g1's own JSON
+        assert sum(1 for (m, k) in store.calls if m == "get" and k.startswith("db/")) == 2
+        before = sum(store.calls.values())
+        entries = [name async for _, name, _ in node.open_listing().entries(0)]
+        assert "g2" in entries and "soft_abs" in entries
+        assert sum(store.calls.values()) > before  # g1's children are read only now
+    trio.run(main)
+
+
+def test_ttl_single_flight_and_error_caching(hsds_bucket) -> None:
+    async def main() -> None:
+        store, clock, cached = setup(hsds_bucket.bucket_dir, ttl=60)
+        domain = await cached.domain("home/admin/links.h5")
+        assert domain is not None and domain.root_id is not None
+        results: list[Group] = []
+
+        async def fetch() -> None:
+            obj = await cached.get_object(domain, domain.root_id)
+            assert isinstance(obj, Group)
+            results.append(obj)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(fetch)
+        key = next(k for (m, k) in store.calls if m == "get" and k.startswith("db/"))
+        assert len(results) == 10 and store.calls["get", key] == 1
+        clock.now += 59
+        await fetch()
+        assert store.calls["get", key] == 1
+        clock.now += 2
+        await fetch()
+        assert store.calls["get", key] == 2
+
+        with pytest.raises(NotFound):
+            await cached.get_object(domain, "g-00000000-00000000-0000-000000-000000")
+        calls = sum(store.calls.values())
+        with pytest.raises(NotFound):
+            await cached.get_object(domain, "g-00000000-00000000-0000-000000-000000")
+        assert sum(store.calls.values()) == calls  # the failure is remembered too
+    trio.run(main)
