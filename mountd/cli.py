@@ -22,9 +22,12 @@ contains db/ and the domain folders, i.e. ROOT_DIR/BUCKET as written by
 `hsds --root_dir ROOT_DIR --bucket_name BUCKET`).
 
 Groups become directories, datasets become directories of decoded chunk
-files, every object has a P.json sidecar, soft links become symlinks and
-attributes become user.h5.* xattrs. The daemon goes to the background once
-the mount is live; stop it with `fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.
+files, every object has a P.json sidecar, every dataset of fixed-size type
+a P.npy with the whole array, soft links become symlinks and attributes
+become user.h5.* xattrs. Group and dataset directories also hold Zarr v2
+metadata (.zgroup, .zarray, .zattrs), so zarr and xarray read the mount.
+The daemon goes to the background once the mount is live; stop it with
+`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.
 """
 
 OPTIONS_HELP = """\
@@ -36,6 +39,10 @@ mount options (-o, comma separated, mount(8) style):
   fsname=NAME          name shown in /proc/mounts (default: SOURCE)
   metadata_ttl=SECS    how long metadata is cached, and the kernel's
                        attribute/entry timeout (default: 60)
+  chunk_cache=SIZE     memory for decoded chunks, e.g. 512M (default: 256M)
+  readahead=SIZE       largest read the kernel sends, set on the mount's
+                       bdi when run as root (default: 1M; 0 keeps the
+                       kernel's default)
   nosuid,nodev,noexec,noatime
                        passed to the kernel
   defaults,auto,noauto,nofail,_netdev,user,users,x-*

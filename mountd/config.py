@@ -31,6 +31,8 @@ class MountConfig:
     gid: int = field(default_factory=os.getgid)
     fsname: str | None = None
     metadata_ttl: float = 60.0
+    chunk_cache: int = 256 << 20
+    readahead: int = 1 << 20
     kernel_options: list[str] = field(default_factory=list)
     log_level: str = "WARNING"
     log_file: str | None = None
@@ -43,6 +45,25 @@ class MountConfig:
             opts.add("allow_other")
         opts.update(self.kernel_options)
         return opts
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(name: str, value: str | None) -> int:
+    """A byte count such as ``1048576``, ``512K``, ``256M``, ``2G`` (binary units)."""
+    if not value:
+        raise OptionError(f"option {name} needs a size ({name}=256M)")
+    text = value.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = text[-1:] if text[-1:] in _UNITS else ""
+    digits = text[:len(text) - len(unit)]
+    try:
+        number = float(digits)
+    except ValueError:
+        raise OptionError(f"option {name}={value}: not a size") from None
+    if number < 0 or not digits:
+        raise OptionError(f"option {name}={value}: not a size")
+    return int(number * _UNITS[unit])
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float]) -> float:
@@ -75,6 +96,10 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.fsname = val
             elif name == "metadata_ttl":
                 config.metadata_ttl = _number(name, val, float)
+            elif name == "chunk_cache":
+                config.chunk_cache = parse_size(name, val)
+            elif name == "readahead":
+                config.readahead = parse_size(name, val)
             elif name == "rw":
                 raise OptionError("h5mount mounts are read-only; option rw is not supported")
             elif name in _KERNEL:

@@ -28,10 +28,12 @@ import pyfuse3
 import trio
 
 from layouts.model import Catalog
+from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
 from mountd.metacache import CachedCatalog
+from mountd.npy import NpyView
 from mountd.sources import open_source
 from mountd.tree import Tree
 
@@ -94,7 +96,39 @@ async def _prepare(config: MountConfig) -> Catalog:
         raise StartError(str(exc)) from exc
 
 
-async def _loop(ops: Operations, ready: Callable[[], None]) -> bool:
+def _own_bdi(mountpoint: str) -> str | None:
+    """The sysfs bdi directory of *our* FUSE mount at ``mountpoint``, or None.
+
+    Blocks on a FUSE request to ourselves, so it must run in a worker thread.
+    The device number is checked against /proc/self/mountinfo, so no other
+    device's settings are ever touched.
+    """
+    dev = os.stat(mountpoint).st_dev
+    wanted = f"{os.major(dev)}:{os.minor(dev)}"
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            rest = fields[fields.index("-") + 1:] if "-" in fields else []
+            if fields[2] == wanted and fields[4] == mountpoint and rest[:1] == ["fuse.h5mount"]:
+                return f"/sys/class/bdi/{wanted}"
+    return None
+
+
+def _raise_readahead(mountpoint: str, size: int) -> None:
+    """Let the kernel send reads of up to ``size`` bytes (needs root; else a no-op)."""
+    try:
+        bdi = _own_bdi(mountpoint)
+        if bdi is None:
+            log.info("readahead left as is: the mount's bdi was not found")
+            return
+        with open(f"{bdi}/read_ahead_kb", "w") as f:
+            f.write(str(size // 1024))
+        log.info("readahead of %s set to %d KiB", mountpoint, size // 1024)
+    except OSError as exc:
+        log.info("readahead left as is: %s", exc)
+
+
+async def _loop(ops: Operations, config: MountConfig, ready: Callable[[], None]) -> bool:
     """Run the FUSE loop until unmounted or signalled; True if a signal ended it."""
     signalled = False
     async with trio.open_nursery() as nursery:
@@ -114,6 +148,9 @@ async def _loop(ops: Operations, ready: Callable[[], None]) -> bool:
 
         nursery.start_soon(main_loop)
         nursery.start_soon(watch_signals)
+        if config.readahead:
+            await trio.to_thread.run_sync(_raise_readahead, config.mountpoint, config.readahead,
+                                          abandon_on_cancel=True)
         ready()
     return signalled
 
@@ -126,21 +163,26 @@ async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> No
     fork, so nothing trio-related may run before the daemon forks.
     """
     catalog = await _prepare(config)
-    cached = CachedCatalog(catalog, ttl=config.metadata_ttl)
-    tree = Tree(cached, ref_index_ttl=config.metadata_ttl)
-    ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl)
-    try:
-        pyfuse3.init(ops, config.mountpoint, config.fuse_options())
-    except RuntimeError as exc:
-        raise StartError(f"cannot mount on {config.mountpoint}: {exc}") from exc
-    log.info("mounted %s on %s", config.source, config.mountpoint)
-    unmount = True  # unless the kernel ended the session (fusermount3 -u)
-    try:
-        unmount = await _loop(ops, ready)
-    finally:
-        sd_notify("STOPPING=1")
-        pyfuse3.close(unmount=unmount)
-        log.info("unmounted %s", config.mountpoint)
+    async with trio.open_nursery() as background:
+        cache = ChunkCache(config.chunk_cache, background)
+        tree = Tree(CachedCatalog(catalog, ttl=config.metadata_ttl), views=[NpyView()],
+                    ref_index_ttl=config.metadata_ttl, chunk_cache=cache)
+        ops = Operations(await tree.root(), Owner(config.uid, config.gid),
+                         ttl=config.metadata_ttl)
+        try:
+            pyfuse3.init(ops, config.mountpoint, config.fuse_options())
+        except RuntimeError as exc:
+            raise StartError(f"cannot mount on {config.mountpoint}: {exc}") from exc
+        log.info("mounted %s on %s", config.source, config.mountpoint)
+        unmount = True  # unless the kernel ended the session (fusermount3 -u)
+        try:
+            unmount = await _loop(ops, config, ready)
+        finally:
+            background.cancel_scope.cancel()
+            sd_notify("STOPPING=1")
+            pyfuse3.close(unmount=unmount)
+            log.info("unmounted %s (chunk cache: %d hits, %d misses)", config.mountpoint,
+                     cache.hits, cache.misses)
 
 
 def run(config: MountConfig) -> int:

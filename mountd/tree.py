@@ -38,7 +38,8 @@ from layouts.model import (
     ObjectKind,
     ObjectRef,
 )
-from mountd import sidecar
+from mountd import sidecar, zarrmeta
+from mountd.chunkcache import ChunkCache
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.names import display_name
 from mountd.nodes import (
@@ -121,9 +122,10 @@ class Tree:
     """Shared context of all nodes: the catalog, views, and location rules."""
 
     def __init__(self, catalog: Catalog, views: Sequence[ObjectView] = (),
-                 ref_index_ttl: float = 60.0) -> None:
+                 ref_index_ttl: float = 60.0, chunk_cache: ChunkCache | None = None) -> None:
         self.catalog = catalog
         self.views = tuple(views)
+        self.chunk_cache = chunk_cache or ChunkCache(0)
         self.started = time.time()
         self._ref_index_ttl = ref_index_ttl
         self._ref_index: dict[str, tuple[float, dict[str, str]]] = {}
@@ -148,6 +150,16 @@ class Tree:
         if domain is None or domain.root_id is None:
             raise NotFound(single)
         return GroupDir(self, ObjPath(domain, (), (domain.root_id,)), mount_root=True)
+
+    # -- chunks ---------------------------------------------------------
+
+    async def chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> bytes | None:
+        """A decoded chunk through the shared cache; None if it is not stored."""
+        return await self.chunk_cache.get((op.domain.path, ds.id, index),
+                                          lambda: ds.read_chunk(index))
+
+    def prefetch_chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
+        self.chunk_cache.prefetch((op.domain.path, ds.id, index), lambda: ds.read_chunk(index))
 
     # -- locations in the mount -----------------------------------------
 
@@ -336,7 +348,7 @@ class FolderDir(SnapshotDir):
                 op = ObjPath(domain, (), (domain.root_id,))
                 items.append((name, GroupDir(self.tree, op)))
                 if name + SIDECAR not in real:
-                    items.append((name + SIDECAR, SidecarFile(self.tree, op)))
+                    items.append((name + SIDECAR, sidecar_file(self.tree, op)))
             else:
                 items.append((name, FolderDir(self.tree, self._child(name))))
         return items
@@ -354,7 +366,7 @@ class FolderDir(SnapshotDir):
         if name.endswith(SIDECAR) and name[:-len(SIDECAR)] in names:
             domain = await self.tree.catalog.domain(self._child(name[:-len(SIDECAR)]))
             if domain is not None and domain.root_id is not None:
-                return SidecarFile(self.tree, self.tree.root_path(domain))
+                return sidecar_file(self.tree, self.tree.root_path(domain))
         raise NotFound(name)
 
 
@@ -429,9 +441,7 @@ class GroupDir(ObjectDir):
         async with trio.open_nursery() as nursery:
             for name in group.links:
                 nursery.start_soon(fill, name)
-        items: list[tuple[str, Node]] = []
-        if self.mount_root and ROOT_SIDECAR not in index:
-            items.append((ROOT_SIDECAR, SidecarFile(self.tree, self.op)))
+        items = [(name, node) for name, node in self._own_files().items() if name not in index]
         for shown in sorted(index):
             name, suffix = index[shown]
             node = per_link[name].get(suffix)
@@ -443,14 +453,24 @@ class GroupDir(ObjectDir):
         group = await self._group()
         index = self._index(group)
         if name not in index:
-            if self.mount_root and name == ROOT_SIDECAR:
-                return SidecarFile(self.tree, self.op)
-            raise NotFound(name)
+            own = self._own_files().get(name)
+            if own is None:
+                raise NotFound(name)
+            return own
         link_name, suffix = index[name]
         node = (await self._link_entries(link_name, group.links[link_name])).get(suffix)
         if node is None:
             raise NotFound(name)
         return node
+
+    def _own_files(self) -> dict[str, Node]:
+        """Files of the group itself: zarr metadata, and the mount root's sidecar."""
+        files: dict[str, Node] = {}
+        if self.mount_root:
+            files[ROOT_SIDECAR] = sidecar_file(self.tree, self.op)
+        files[ZATTRS_NAME] = MetaFile(self.tree, self.op, ZATTRS_NAME, _render_zattrs)
+        files[ZGROUP_NAME] = MetaFile(self.tree, self.op, ZGROUP_NAME, _render_zgroup)
+        return files
 
     async def _link_entries(self, name: str, link: Link) -> dict[str, Node]:
         """The entries one link contributes, by suffix (``""`` is the link itself)."""
@@ -497,7 +517,7 @@ class GroupDir(ObjectDir):
                     kind = ObjectKind.GROUP
         entries: dict[str, Node] = {
             "": object_dir(self.tree, op, kind),
-            SIDECAR: SidecarFile(self.tree, op),
+            SIDECAR: sidecar_file(self.tree, op),
         }
         if obj is not None:
             for view in self.tree.views:
@@ -526,14 +546,25 @@ class DatasetDir(ObjectDir):
             raise StorageError(self.op.h5path, f"expected a dataset, found a {obj.kind.value}")
         return obj
 
+    def _own_files(self, ds: Dataset) -> dict[str, Node]:
+        files: dict[str, Node] = {}
+        if zarrmeta.has_zarray(ds):
+            files[ZARRAY_NAME] = MetaFile(self.tree, self.op, ZARRAY_NAME, _render_zarray)
+        files[ZATTRS_NAME] = MetaFile(self.tree, self.op, ZATTRS_NAME, _render_zattrs)
+        return files
+
     async def listing(self) -> list[tuple[str, Node]]:
         ds = await self._dataset()
         indices = [idx async for idx in ds.store.iter_stored() if ds.in_grid(idx)]
         indices.sort()
-        return [(chunk_name(idx), ChunkFile(self.tree, self.op, idx)) for idx in indices]
+        return [*self._own_files(ds).items(),
+                *((chunk_name(idx), ChunkFile(self.tree, self.op, idx)) for idx in indices)]
 
     async def lookup(self, name: str) -> Node:
         ds = await self._dataset()
+        own = self._own_files(ds).get(name)
+        if own is not None:
+            return own
         index = parse_chunk_name(name)
         if index is None or not ds.in_grid(index) or not await ds.store.exists(index):
             raise NotFound(name)
@@ -558,22 +589,27 @@ class Symlink(SymlinkNode):
         return self._text
 
 
-class SidecarFile(FileNode):
-    """``P.json``: the object's metadata as strict JSON."""
+MetaRender = Callable[["Tree", ObjPath, AnyObject], Awaitable[bytes]]
 
-    def __init__(self, tree: Tree, op: ObjPath) -> None:
+
+class MetaFile(FileNode):
+    """A small file rendered from one object's metadata (``P.json``, ``.zattrs``...).
+
+    Its size is exact: ``stat`` renders the content, from the cached object.
+    """
+
+    def __init__(self, tree: Tree, op: ObjPath, name: str, render: MetaRender) -> None:
         self.tree = tree
         self.op = op
+        self.name = name
+        self._render = render
 
     @property
     def key(self) -> Hashable:
-        return ("sidecar", self.op.key)
+        return ("meta", self.name, self.op.key)
 
     async def content(self) -> bytes:
-        obj = await self.tree.obj(self.op)
-        domain = self.op.domain if not self.op.names else None
-        return await sidecar.sidecar_bytes(obj, self.op.h5path, domain,
-                                           self.tree.resolver(self.op.domain))
+        return await self._render(self.tree, self.op, await self.tree.obj(self.op))
 
     async def stat(self) -> Stat:
         mtime, ctime = self.tree.times(self.op, await self.tree.obj(self.op))
@@ -583,6 +619,34 @@ class SidecarFile(FileNode):
         handle = BytesHandle(self.content)
         await handle.data()
         return handle
+
+
+async def _render_sidecar(tree: Tree, op: ObjPath, obj: AnyObject) -> bytes:
+    domain = op.domain if not op.names else None
+    return await sidecar.sidecar_bytes(obj, op.h5path, domain, tree.resolver(op.domain))
+
+
+async def _render_zattrs(tree: Tree, op: ObjPath, obj: AnyObject) -> bytes:
+    return await zarrmeta.zattrs_bytes(obj, op.h5path, tree.resolver(op.domain))
+
+
+async def _render_zarray(tree: Tree, op: ObjPath, obj: AnyObject) -> bytes:
+    if not isinstance(obj, Dataset):
+        raise StorageError(op.h5path, "not a dataset")
+    return zarrmeta.zarray_bytes(obj)
+
+
+async def _render_zgroup(tree: Tree, op: ObjPath, obj: AnyObject) -> bytes:
+    return zarrmeta.ZGROUP
+
+
+def sidecar_file(tree: Tree, op: ObjPath) -> MetaFile:
+    return MetaFile(tree, op, SIDECAR, _render_sidecar)
+
+
+ZGROUP_NAME = ".zgroup"
+ZATTRS_NAME = ".zattrs"
+ZARRAY_NAME = ".zarray"
 
 
 class ChunkFile(FileNode):
@@ -613,7 +677,7 @@ class ChunkFile(FileNode):
         where = f"{self.op.domain.path}{self.op.h5path} chunk {chunk_name(self.index)}"
 
         async def load() -> bytes:
-            data = await ds.read_chunk(self.index)
+            data = await self.tree.chunk(self.op, ds, self.index)
             if data is None:
                 raise StorageError(where, "chunk is no longer stored")
             return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 
 import numpy as np
@@ -13,6 +14,7 @@ from layouts.model import Attribute, Domain, Link, LinkKind, ObjectKind, ObjectR
 from mountd.errors import NotFound, StorageError
 from mountd.names import display_name, escape
 from mountd.nodes import DirNode, FileNode, Node, SymlinkNode
+from mountd.npy import NpyView, flat_boxes
 from mountd.tree import Tree
 from tests.modelcat import MemoryCatalog, dataset, group
 
@@ -171,7 +173,8 @@ def test_links_become_relative_symlinks() -> None:
 def test_dataset_chunks_and_sidecar() -> None:
     async def main() -> None:
         tree = Tree(make_catalog())
-        assert await names(await walk(tree, "home/u/f.h5/g1/dset")) == ["0.0", "1.1", "3.2"]
+        listing = await names(await walk(tree, "home/u/f.h5/g1/dset"))
+        assert listing == [".zarray", ".zattrs", "0.0", "1.1", "3.2"]
         with pytest.raises(NotFound):
             await walk(tree, "home/u/f.h5/g1/dset/0.1")  # in range, not stored
         with pytest.raises(NotFound):
@@ -223,4 +226,63 @@ def test_single_domain_root() -> None:
         assert await link_text(tree, "g1/up.json") == "../.root.json"
         assert await link_text(tree, "ext") == "/home/u/other.h5::/a"
 
+    trio.run(main)
+
+
+def expected_full(fill: float = -1.0) -> np.ndarray:
+    """d-1 as a reader should see it: stored chunks hold DATA, the others the fill."""
+    full = np.full(DATA.shape, fill, dtype="<f4")
+    for i, j in [(0, 0), (3, 2), (1, 1)]:
+        region = (slice(i * 10, (i + 1) * 10), slice(j * 8, (j + 1) * 8))
+        full[region] = DATA[region]
+    return full
+
+
+def test_npy_view_reads_any_range() -> None:
+    async def main() -> None:
+        tree = Tree(make_catalog(), views=[NpyView()])
+        listing = await names(await walk(tree, "home/u/f.h5/g1"))
+        assert "dset.npy" in listing
+        assert await link_text(tree, "home/u/f.h5/soft.npy") == "g1/dset.npy"
+        node = await walk(tree, "home/u/f.h5/g1/dset.npy")
+        buf = io.BytesIO()
+        np.save(buf, expected_full())
+        want = buf.getvalue()
+        assert (await node.stat()).size == len(want)
+        assert isinstance(node, FileNode)
+        handle = await node.open()
+        assert await handle.read(0, len(want) + 100) == want
+        rng = np.random.default_rng(7)
+        for _ in range(200):
+            off = int(rng.integers(0, len(want) + 10))
+            size = int(rng.integers(1, 3000))
+            assert await handle.read(off, size) == want[off:off + size], (off, size)
+    trio.run(main)
+
+
+def test_flat_boxes_cover_ranges_in_order() -> None:
+    shape = (3, 4, 5)
+    flat = np.arange(60).reshape(shape)
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        lo, hi = sorted(int(x) for x in rng.integers(0, 61, size=2))
+        got = [flat[tuple(slice(a, b) for a, b in zip(start, stop, strict=True))].ravel()
+               for start, stop in flat_boxes(shape, lo, hi)]
+        joined = np.concatenate(got) if got else np.array([], dtype=int)
+        np.testing.assert_array_equal(joined, np.arange(lo, hi))
+        assert len(got) <= 2 * len(shape) - 1
+
+
+def test_zarr_metadata() -> None:
+    async def main() -> None:
+        tree = Tree(make_catalog())
+        zarray = json.loads(await read_all(await walk(tree, "home/u/f.h5/g1/dset/.zarray")))
+        assert zarray == {"zarr_format": 2, "shape": [35, 18], "chunks": [10, 8],
+                          "dtype": "<f4", "compressor": None, "fill_value": -1.0,
+                          "order": "C", "filters": None, "dimension_separator": "."}
+        zattrs = json.loads(await read_all(await walk(tree, "home/u/f.h5/g1/dset/.zattrs")))
+        sidecar = json.loads(await read_all(await walk(tree, "home/u/f.h5/g1/dset.json")))
+        assert zattrs == sidecar["attributes"]
+        zgroup = json.loads(await read_all(await walk(tree, "home/u/f.h5/g1/.zgroup")))
+        assert zgroup == {"zarr_format": 2}
     trio.run(main)

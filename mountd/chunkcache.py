@@ -1,0 +1,118 @@
+"""The decoded-chunk cache (``-o chunk_cache=SIZE``).
+
+Owns decoded chunk bytes, keyed by (domain, dataset id, chunk index), in an
+LRU under a byte budget. A sequential read of a ``.npy`` arrives as many
+small kernel requests that touch the same chunks; with this cache each chunk
+is fetched and decoded once.
+
+Concurrency: one fetch per key. The first task to miss inserts a pending
+``trio.Event`` with no ``await`` between the check and the insert, then
+fetches; tasks that want the same key meanwhile wait on the event and read
+the outcome. A failed fetch is not cached (the next reader tries again) but
+its waiters see the same error. ``prefetch`` starts fetches in the nursery
+given to the cache, so background work always has an owner; it never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+
+import trio
+
+from mountd.errors import MountError
+
+log = logging.getLogger(__name__)
+
+Fetch = Callable[[], Awaitable[bytes | None]]
+
+
+#: What a "not stored" answer counts against the budget.
+_NONE_SIZE = 64
+
+
+def _size(value: bytes | None) -> int:
+    return _NONE_SIZE if value is None else len(value)
+
+
+@dataclass(slots=True)
+class _Pending:
+    done: trio.Event
+    value: bytes | None = None
+    error: BaseException | None = None
+
+
+class ChunkCache:
+    """An LRU of decoded chunks, at most ``budget`` bytes (0 disables keeping them)."""
+
+    def __init__(self, budget: int, nursery: trio.Nursery | None = None,
+                 prefetch_limit: int = 4) -> None:
+        self.budget = budget
+        self.used = 0
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[Hashable, bytes | None] = OrderedDict()
+        self._pending: dict[Hashable, _Pending] = {}
+        self._nursery = nursery
+        self._prefetch_limit = prefetch_limit
+        self._prefetching = 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._items or key in self._pending
+
+    async def get(self, key: Hashable, fetch: Fetch) -> bytes | None:
+        """The chunk for ``key``: from the cache, from a fetch under way, or fetched now."""
+        if key in self._items:
+            self._items.move_to_end(key)
+            self.hits += 1
+            return self._items[key]
+        pending = self._pending.get(key)
+        if pending is not None:
+            self.hits += 1
+            await pending.done.wait()
+            if pending.error is not None:
+                raise pending.error
+            return pending.value
+        self.misses += 1
+        pending = _Pending(trio.Event())
+        self._pending[key] = pending
+        try:
+            pending.value = await fetch()
+        except BaseException as exc:
+            pending.error = exc
+            raise
+        else:
+            self._store(key, pending.value)
+        finally:
+            del self._pending[key]
+            pending.done.set()
+        return pending.value
+
+    def _store(self, key: Hashable, value: bytes | None) -> None:
+        size = _size(value)
+        if size > self.budget:
+            return
+        self._items[key] = value
+        self.used += size
+        while self.used > self.budget and self._items:
+            _, old = self._items.popitem(last=False)
+            self.used -= _size(old)
+
+    def prefetch(self, key: Hashable, fetch: Fetch) -> None:
+        """Start fetching ``key`` in the background unless it is cached or under way."""
+        if self._nursery is None or key in self or self._prefetching >= self._prefetch_limit:
+            return
+        self._prefetching += 1
+        self._nursery.start_soon(self._prefetch_one, key, fetch)
+
+    async def _prefetch_one(self, key: Hashable, fetch: Fetch) -> None:
+        try:
+            await self.get(key, fetch)
+        except MountError as exc:
+            log.debug("prefetch of %s failed: %s", key, exc)
+        except Exception:
+            log.exception("prefetch of %s failed", key)
+        finally:
+            self._prefetching -= 1

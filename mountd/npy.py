@@ -1,0 +1,221 @@
+"""``P.npy``: a whole dataset as a NumPy ``.npy`` file, read chunk by chunk.
+
+Owns the NPY header of a dataset and the mapping from a byte range of the
+file to the chunks it touches. A read is split into at most ``2*ndim-1``
+boxes of the array (a C-order run of elements is a few hyper-rectangles);
+only the chunks intersecting those boxes are fetched, through the shared
+decoded-chunk cache, and copied out with NumPy. Chunks that are not stored
+read as the fill value. A handle that is read sequentially prefetches the
+chunks of the next band in the background, so decoding runs ahead of the
+kernel's requests on every decode thread.
+
+Elements are copied as opaque ``V<itemsize>`` items, so every fixed-size
+type (compound, strings, references) is moved byte for byte in the dataset's
+own byte order.
+
+Concurrency: a handle's only mutable state is the end of its last read,
+used to detect sequential reading; concurrent reads of one handle are safe.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import trio
+
+from layouts.model import AnyObject, ChunkIndex, Dataset
+from mountd.errors import StorageError
+from mountd.nodes import FileHandle, FileNode, NodeType, Stat
+
+if TYPE_CHECKING:
+    from mountd.tree import ObjPath, Tree
+
+Box = tuple[tuple[int, ...], tuple[int, ...]]  # (start, stop) per dimension
+
+#: Largest prefetch window, in bytes of the array.
+PREFETCH_MAX = 128 << 20
+
+
+def npy_dtype_shape(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
+    """The dtype and shape the ``.npy`` declares (sub-array types widen the shape)."""
+    dtype = ds.type.dtype
+    shape = ds.shape or ()
+    if dtype.subdtype is not None:
+        base, sub = dtype.subdtype
+        return base, shape + sub
+    return dtype, shape
+
+
+def npy_header(ds: Dataset) -> bytes:
+    """The NPY header of the dataset: version 1.0 when it fits, else 2.0, else 3.0."""
+    dtype, shape = npy_dtype_shape(ds)
+    fields = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+              "shape": shape}
+    buf = io.BytesIO()
+    try:
+        np.lib.format.write_array_header_1_0(buf, fields)
+    except (ValueError, UnicodeEncodeError):
+        buf = io.BytesIO()
+        try:
+            np.lib.format.write_array_header_2_0(buf, fields)
+        except UnicodeEncodeError:
+            # Field names outside Latin-1 need version 3.0, which numpy writes
+            # only through this helper (np.save uses it the same way).
+            buf = io.BytesIO()
+            np.lib.format._write_array_header(buf, fields, (3, 0))
+    return buf.getvalue()
+
+
+def flat_boxes(shape: tuple[int, ...], lo: int, hi: int) -> Iterator[Box]:
+    """The boxes that make up C-order elements ``[lo, hi)`` of ``shape``, in order."""
+    if lo >= hi:
+        return
+    if len(shape) == 1:
+        yield (lo,), (hi,)
+        return
+    inner = math.prod(shape[1:])
+    r0, o0 = divmod(lo, inner)
+    r1, o1 = divmod(hi, inner)
+    if r0 == r1:
+        for start, stop in flat_boxes(shape[1:], o0, o1):
+            yield (r0, *start), (r0 + 1, *stop)
+        return
+    if o0:
+        for start, stop in flat_boxes(shape[1:], o0, inner):
+            yield (r0, *start), (r0 + 1, *stop)
+        r0 += 1
+    if r1 > r0:
+        yield (r0, *(0,) * (len(shape) - 1)), (r1, *shape[1:])
+    if o1:
+        for start, stop in flat_boxes(shape[1:], 0, o1):
+            yield (r1, *start), (r1 + 1, *stop)
+
+
+def chunks_of_box(box: Box, chunks: tuple[int, ...]) -> Iterator[ChunkIndex]:
+    """Indices of the chunks that intersect ``box``."""
+    start, stop = box
+    return itertools.product(*(range(a // c, -(-b // c))
+                               for a, b, c in zip(start, stop, chunks, strict=True)))
+
+
+class NpyView:
+    """The ``.npy`` view: for every dataset of fixed-size type with a dataspace."""
+
+    suffix = ".npy"
+
+    def applies(self, obj: AnyObject) -> bool:
+        return isinstance(obj, Dataset) and obj.type.fixed_size and obj.shape is not None
+
+    def node(self, tree: Tree, op: ObjPath, obj: AnyObject) -> FileNode:
+        return NpyFile(tree, op)
+
+
+class NpyFile(FileNode):
+    def __init__(self, tree: Tree, op: ObjPath) -> None:
+        self.tree = tree
+        self.op = op
+
+    @property
+    def key(self) -> Hashable:
+        return ("npy", self.op.key)
+
+    async def _dataset(self) -> Dataset:
+        obj = await self.tree.obj(self.op)
+        if not isinstance(obj, Dataset) or not obj.type.fixed_size or obj.shape is None:
+            raise StorageError(self.op.h5path, "no longer a dataset of fixed-size type")
+        return obj
+
+    async def stat(self) -> Stat:
+        ds = await self._dataset()
+        mtime, ctime = self.tree.times(self.op, ds)
+        size = len(npy_header(ds)) + math.prod(ds.shape or ()) * ds.type.itemsize
+        return Stat(NodeType.FILE, size=size, mtime=mtime, ctime=ctime)
+
+    async def open(self) -> FileHandle:
+        return NpyHandle(self.tree, self.op, await self._dataset())
+
+
+class NpyHandle(FileHandle):
+    keep_cache = True
+
+    def __init__(self, tree: Tree, op: ObjPath, ds: Dataset) -> None:
+        self.tree = tree
+        self.op = op
+        self.ds = ds
+        self.header = npy_header(ds)
+        self.shape = ds.shape or ()
+        self.itemsize = ds.type.itemsize
+        self.elements = math.prod(self.shape)
+        self.size = len(self.header) + self.elements * self.itemsize
+        self.item = np.dtype(f"V{self.itemsize}")
+        self.fill = np.frombuffer(ds.fill_bytes(), dtype=self.item)[0]
+        self._last_end = -1
+
+    async def read(self, offset: int, size: int) -> bytes:
+        end = min(offset + size, self.size)
+        if offset >= end:
+            return b""
+        hlen = len(self.header)
+        parts: list[bytes] = []
+        if offset < hlen:
+            parts.append(self.header[offset:min(end, hlen)])
+        if end > hlen:
+            d0, d1 = max(offset, hlen) - hlen, end - hlen
+            e0, e1 = d0 // self.itemsize, -(-d1 // self.itemsize)
+            data = await self._elements(e0, e1)
+            parts.append(data[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
+            if offset == self._last_end:
+                self._prefetch(e1)
+        self._last_end = end
+        return b"".join(parts)
+
+    async def _chunk(self, index: ChunkIndex) -> bytes | None:
+        return await self.tree.chunk(self.op, self.ds, index)
+
+    async def _elements(self, e0: int, e1: int) -> bytes:
+        if not self.shape:
+            data = await self._chunk((0,))
+            return data[:self.itemsize] if data is not None else self.fill.tobytes()
+        boxes = list(flat_boxes(self.shape, e0, e1))
+        needed = {i for box in boxes for i in chunks_of_box(box, self.ds.chunks)}
+        got: dict[ChunkIndex, bytes | None] = {}
+
+        async def one(index: ChunkIndex) -> None:
+            got[index] = await self._chunk(index)
+
+        async with trio.open_nursery() as nursery:
+            for index in needed:
+                nursery.start_soon(one, index)
+        return b"".join(self._fill_box(box, got).tobytes() for box in boxes)
+
+    def _fill_box(self, box: Box, got: dict[ChunkIndex, bytes | None]) -> np.ndarray:
+        start, stop = box
+        out = np.empty([b - a for a, b in zip(start, stop, strict=True)], dtype=self.item)
+        chunks = self.ds.chunks
+        for index in chunks_of_box(box, chunks):
+            origin = [i * c for i, c in zip(index, chunks, strict=True)]
+            lo = [max(a, o) for a, o in zip(start, origin, strict=True)]
+            hi = [min(b, o + c) for b, o, c in zip(stop, origin, chunks, strict=True)]
+            dst = tuple(slice(x - a, y - a) for x, y, a in zip(lo, hi, start, strict=True))
+            data = got[index]
+            if data is None:
+                out[dst] = self.fill
+                continue
+            block = np.frombuffer(data, dtype=self.item).reshape(chunks)
+            out[dst] = block[tuple(slice(x - o, y - o) for x, y, o in zip(lo, hi, origin,
+                                                                          strict=True))]
+        return out
+
+    def _prefetch(self, e1: int) -> None:
+        """Start decoding the chunks of the band after element ``e1``."""
+        band = self.ds.chunks[0] * math.prod(self.shape[1:])
+        window = max(1, min(band, PREFETCH_MAX // self.itemsize,
+                            self.tree.chunk_cache.budget // (4 * self.itemsize)))
+        for box in flat_boxes(self.shape, e1, min(e1 + window, self.elements)):
+            for index in chunks_of_box(box, self.ds.chunks):
+                self.tree.prefetch_chunk(self.op, self.ds, index)
