@@ -57,10 +57,21 @@ class ChunkCache:
         self._pending: dict[Hashable, _Pending] = {}
         self._nursery = nursery
         self._prefetch_limit = prefetch_limit
-        self._prefetching = 0
+        self._prefetching: set[Hashable] = set()
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._items or key in self._pending
+
+    def peek(self, key: Hashable) -> tuple[bool, bytes | None]:
+        """``(True, chunk)`` if ``key`` is cached now (counted as a hit), else ``(False, None)``.
+
+        Lets a reader skip starting a task for every chunk that is already here.
+        """
+        if key not in self._items:
+            return False, None
+        self._items.move_to_end(key)
+        self.hits += 1
+        return True, self._items[key]
 
     async def get(self, key: Hashable, fetch: Fetch) -> bytes | None:
         """The chunk for ``key``: from the cache, from a fetch under way, or fetched now."""
@@ -102,9 +113,10 @@ class ChunkCache:
 
     def prefetch(self, key: Hashable, fetch: Fetch) -> None:
         """Start fetching ``key`` in the background unless it is cached or under way."""
-        if self._nursery is None or key in self or self._prefetching >= self._prefetch_limit:
+        if (self._nursery is None or key in self or key in self._prefetching
+                or len(self._prefetching) >= self._prefetch_limit):
             return
-        self._prefetching += 1
+        self._prefetching.add(key)
         self._nursery.start_soon(self._prefetch_one, key, fetch)
 
     async def _prefetch_one(self, key: Hashable, fetch: Fetch) -> None:
@@ -115,4 +127,4 @@ class ChunkCache:
         except Exception:
             log.exception("prefetch of %s failed", key)
         finally:
-            self._prefetching -= 1
+            self._prefetching.discard(key)

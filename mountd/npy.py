@@ -182,15 +182,24 @@ class NpyHandle(FileHandle):
             data = await self._chunk((0,))
             return data[:self.itemsize] if data is not None else self.fill.tobytes()
         boxes = list(flat_boxes(self.shape, e0, e1))
-        needed = {i for box in boxes for i in chunks_of_box(box, self.ds.chunks)}
         got: dict[ChunkIndex, bytes | None] = {}
+        missing = []
+        for index in {i for box in boxes for i in chunks_of_box(box, self.ds.chunks)}:
+            hit, data = self.tree.cached_chunk(self.op, self.ds, index)
+            if hit:
+                got[index] = data
+            else:
+                missing.append(index)
 
         async def one(index: ChunkIndex) -> None:
             got[index] = await self._chunk(index)
 
-        async with trio.open_nursery() as nursery:
-            for index in needed:
-                nursery.start_soon(one, index)
+        if len(missing) == 1:
+            await one(missing[0])
+        elif missing:
+            async with trio.open_nursery() as nursery:
+                for index in missing:
+                    nursery.start_soon(one, index)
         return b"".join(self._fill_box(box, got).tobytes() for box in boxes)
 
     def _fill_box(self, box: Box, got: dict[ChunkIndex, bytes | None]) -> np.ndarray:

@@ -158,6 +158,11 @@ class Tree:
         return await self.chunk_cache.get((op.domain.path, ds.id, index),
                                           lambda: ds.read_chunk(index))
 
+    def cached_chunk(self, op: ObjPath, ds: Dataset,
+                     index: ChunkIndex) -> tuple[bool, bytes | None]:
+        """``(True, chunk)`` when the chunk is in the cache now; no I/O."""
+        return self.chunk_cache.peek((op.domain.path, ds.id, index))
+
     def prefetch_chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
         self.chunk_cache.prefetch((op.domain.path, ds.id, index), lambda: ds.read_chunk(index))
 
