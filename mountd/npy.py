@@ -161,26 +161,28 @@ class NpyHandle(FileHandle):
         if offset >= end:
             return b""
         hlen = len(self.header)
-        parts: list[bytes] = []
-        if offset < hlen:
-            parts.append(self.header[offset:min(end, hlen)])
-        if end > hlen:
-            d0, d1 = max(offset, hlen) - hlen, end - hlen
-            e0, e1 = d0 // self.itemsize, -(-d1 // self.itemsize)
-            data = await self._elements(e0, e1)
-            parts.append(data[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
-            if offset == self._last_end:
-                self._prefetch(e1)
+        head = self.header[offset:min(end, hlen)] if offset < hlen else b""
+        if end <= hlen:
+            return head
+        d0, d1 = max(offset, hlen) - hlen, end - hlen
+        e0, e1 = d0 // self.itemsize, -(-d1 // self.itemsize)
+        raw = (await self._elements(e0, e1)).view(np.uint8)
+        data = raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize].tobytes()
+        if offset == self._last_end:
+            self._prefetch(e1)
         self._last_end = end
-        return b"".join(parts)
+        return head + data if head else data
 
     async def _chunk(self, index: ChunkIndex) -> bytes | None:
         return await self.tree.chunk(self.op, self.ds, index)
 
-    async def _elements(self, e0: int, e1: int) -> bytes:
+    async def _elements(self, e0: int, e1: int) -> np.ndarray:
+        """Elements ``[e0, e1)`` in C order, as a flat array of ``V<itemsize>`` items."""
+        out = np.empty(e1 - e0, dtype=self.item)
         if not self.shape:
             data = await self._chunk((0,))
-            return data[:self.itemsize] if data is not None else self.fill.tobytes()
+            out[:] = np.frombuffer(data, self.item)[0] if data is not None else self.fill
+            return out
         boxes = list(flat_boxes(self.shape, e0, e1))
         got: dict[ChunkIndex, bytes | None] = {}
         missing = []
@@ -200,25 +202,30 @@ class NpyHandle(FileHandle):
             async with trio.open_nursery() as nursery:
                 for index in missing:
                     nursery.start_soon(one, index)
-        return b"".join(self._fill_box(box, got).tobytes() for box in boxes)
+        pos = 0
+        for start, stop in boxes:
+            box_shape = [b - a for a, b in zip(start, stop, strict=True)]
+            count = math.prod(box_shape)
+            self._fill_box(out[pos:pos + count].reshape(box_shape), start, stop, got)
+            pos += count
+        return out
 
-    def _fill_box(self, box: Box, got: dict[ChunkIndex, bytes | None]) -> np.ndarray:
-        start, stop = box
-        out = np.empty([b - a for a, b in zip(start, stop, strict=True)], dtype=self.item)
+    def _fill_box(self, dest: np.ndarray, start: tuple[int, ...], stop: tuple[int, ...],
+                  got: dict[ChunkIndex, bytes | None]) -> None:
+        """Copy the part of every chunk inside box ``start..stop`` into ``dest``."""
         chunks = self.ds.chunks
-        for index in chunks_of_box(box, chunks):
+        for index in chunks_of_box((start, stop), chunks):
             origin = [i * c for i, c in zip(index, chunks, strict=True)]
             lo = [max(a, o) for a, o in zip(start, origin, strict=True)]
             hi = [min(b, o + c) for b, o, c in zip(stop, origin, chunks, strict=True)]
             dst = tuple(slice(x - a, y - a) for x, y, a in zip(lo, hi, start, strict=True))
             data = got[index]
             if data is None:
-                out[dst] = self.fill
+                dest[dst] = self.fill
                 continue
             block = np.frombuffer(data, dtype=self.item).reshape(chunks)
-            out[dst] = block[tuple(slice(x - o, y - o) for x, y, o in zip(lo, hi, origin,
-                                                                          strict=True))]
-        return out
+            dest[dst] = block[tuple(slice(x - o, y - o)
+                                    for x, y, o in zip(lo, hi, origin, strict=True))]
 
     def _prefetch(self, e1: int) -> None:
         """Start decoding the chunks of the band after element ``e1``."""
