@@ -20,6 +20,7 @@ import logging
 import posixpath
 import re
 import time
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -299,12 +300,9 @@ def _times(obj: AnyObject | Domain | None, tree: Tree) -> tuple[float, float]:
 class SnapshotDir(DirNode):
     """A directory whose listing is computed whole by ``listing()``."""
 
-    @property
-    def key(self) -> Hashable:
-        raise NotImplementedError
-
+    @abstractmethod
     async def listing(self) -> list[tuple[str, Node]]:
-        raise NotImplementedError
+        """Every entry, in the order readdir shows them."""
 
     def open_listing(self) -> DirListing:
         return SnapshotListing(self.listing)
@@ -335,12 +333,14 @@ class FolderDir(SnapshotDir):
     async def listing(self) -> list[tuple[str, Node]]:
         names = await self.tree.catalog.list_folder(self.path)
         domains: dict[str, Domain | None] = {}
+        limiter = trio.CapacityLimiter(LIST_CONCURRENCY)
 
         async def probe(name: str) -> None:
-            try:
-                domains[name] = await self.tree.catalog.domain(self._child(name))
-            except MountError:
-                domains[name] = None
+            async with limiter:
+                try:
+                    domains[name] = await self.tree.catalog.domain(self._child(name))
+                except MountError:
+                    domains[name] = None
 
         async with trio.open_nursery() as nursery:
             for name in names:
