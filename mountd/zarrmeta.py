@@ -100,9 +100,14 @@ def _text(value: Any) -> str | None:
 
 async def array_dimensions(obj: AnyObject, h5path: str,
                            resolve: RefResolver) -> list[str] | None:
-    """Dimension names from HDF5 dimension scales, or None where there are none."""
-    if not isinstance(obj, Dataset) or not obj.shape:
+    """Dimension names from HDF5 dimension scales, or None where there are none.
+
+    A scalar has no dimensions to name, which is always known: ``[]``.
+    """
+    if not isinstance(obj, Dataset) or obj.shape is None:
         return None
+    if obj.shape == ():
+        return []
     attrs = {a.name: a.value for a in obj.attrs}
     if _text(attrs.get("CLASS")) == "DIMENSION_SCALE" and len(obj.shape) == 1:
         return [posixpath.basename(h5path)]
