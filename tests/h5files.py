@@ -12,6 +12,7 @@ the ``DROPPED`` notes next to each writer.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -435,6 +436,80 @@ def _add_attrs(obj: h5py.HLObject, f: h5py.File) -> None:
     a["units"] = "m/s"
 
 
+#: Dimensions of ``netcdf.h5``: name -> length.
+NETCDF_DIMS = {"time": 10, "x": 6}
+
+
+def write_netcdf(directory: Path) -> Path:
+    """A netCDF4-style file: dimension scales ``time`` and ``x``, ``temp(time, x)``,
+    ``flux(time)``, a vlen string ``station(x)`` and a dimensionless scalar ``crs``
+    (a CF grid mapping, as most gridded netCDF files have).
+
+    Written with the ``netCDF4`` library when it is installed (the real thing:
+    ``_Netcdf4Dimid``, ``_NCProperties``, ``_FillValue``), else with h5py's
+    dimension scale API, which gives the same ``DIMENSION_LIST`` and
+    ``REFERENCE_LIST`` attributes. hsload keeps both: ``DIMENSION_LIST`` as a
+    vlen of object references, ``REFERENCE_LIST`` as a compound of a reference
+    and a uint32.
+    """
+    path = directory / "netcdf.h5"
+    time = np.arange(NETCDF_DIMS["time"], dtype="<f8") * 0.5
+    x = np.arange(NETCDF_DIMS["x"], dtype="<i4") * 10
+    temp = (np.arange(60, dtype="<f4").reshape(10, 6) - 20.0) / 4
+    flux = np.linspace(0.0, 1.0, NETCDF_DIMS["time"], dtype="<f8")
+    stations = np.array(["north", "", "süd", "east 1", "w", "centre"], dtype=object)
+    if importlib.util.find_spec("netCDF4") is not None:
+        import netCDF4  # noqa: PLC0415
+
+        with netCDF4.Dataset(path, "w", format="NETCDF4") as nc:
+            nc.title = "h5mount netCDF4 test file"
+            for name, size in NETCDF_DIMS.items():
+                nc.createDimension(name, size)
+            v = nc.createVariable("time", "f8", ("time",))
+            v.units = "days since 2000-01-01"
+            v[:] = time
+            v = nc.createVariable("x", "i4", ("x",))
+            v.units = "m"
+            v[:] = x
+            v = nc.createVariable("temp", "f4", ("time", "x"), chunksizes=(4, 3),
+                                  fill_value=np.float32(-999.0))
+            v.units = "K"
+            v.long_name = "temperature"
+            v.grid_mapping = "crs"
+            v[:] = temp
+            v = nc.createVariable("flux", "f8", ("time",))
+            v.units = "W m-2"
+            v[:] = flux
+            v = nc.createVariable("station", str, ("x",))
+            v[:] = stations
+            v = nc.createVariable("crs", "i4")
+            v.grid_mapping_name = "latitude_longitude"
+            v.assignValue(0)
+        return path
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = np.bytes_(b"h5mount netCDF4 test file")
+        scales = {}
+        for name, data, units in (("time", time, "days since 2000-01-01"), ("x", x, "m")):
+            ds = f.create_dataset(name, data=data)
+            ds.attrs["units"] = np.bytes_(units.encode())
+            ds.make_scale(name)
+            scales[name] = ds
+        t = f.create_dataset("temp", data=temp, chunks=(4, 3), fillvalue=np.float32(-999.0))
+        t.attrs["units"] = np.bytes_(b"K")
+        t.attrs["long_name"] = np.bytes_(b"temperature")
+        t.attrs["grid_mapping"] = np.bytes_(b"crs")
+        t.dims[0].attach_scale(scales["time"])
+        t.dims[1].attach_scale(scales["x"])
+        fl = f.create_dataset("flux", data=flux)
+        fl.attrs["units"] = np.bytes_(b"W m-2")
+        fl.dims[0].attach_scale(scales["time"])
+        st = f.create_dataset("station", data=stations, dtype=h5py.string_dtype())
+        st.dims[0].attach_scale(scales["x"])
+        crs = f.create_dataset("crs", data=np.int32(0))
+        crs.attrs["grid_mapping_name"] = np.bytes_(b"latitude_longitude")
+    return path
+
+
 #: File writers, by file name.
 WRITERS: dict[str, Callable[[Path], Path]] = {
     EXTERNAL_TARGET: write_extlink_target,
@@ -445,6 +520,7 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "zcompress.h5": write_zcompress,
     "links.h5": write_links,
     "attrs.h5": write_attrs,
+    "netcdf.h5": write_netcdf,
 }
 
 
