@@ -235,7 +235,7 @@ class Operations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, direct_io=handle.direct_io, keep_cache=handle.keep_cache)
 
     @handler
-    async def read(self, fh: int, off: int, size: int) -> bytes:
+    async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:
         return await self._files[fh].read(off, size)
 
     async def release(self, fh: int) -> None:

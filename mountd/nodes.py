@@ -108,8 +108,12 @@ class FileHandle(ABC):
     keep_cache: bool = False
 
     @abstractmethod
-    async def read(self, offset: int, size: int) -> bytes:
-        """Up to ``size`` bytes at ``offset``; fewer only at end of file."""
+    async def read(self, offset: int, size: int) -> bytes | memoryview:
+        """Up to ``size`` bytes at ``offset``; fewer only at end of file.
+
+        A memoryview lets a handle give out its own buffer without a copy;
+        the FUSE layer reads it before the next await.
+        """
 
 
 class FileNode(Node):

@@ -156,7 +156,7 @@ class NpyHandle(FileHandle):
         self.fill = np.frombuffer(ds.fill_bytes(), dtype=self.item)[0]
         self._last_end = -1
 
-    async def read(self, offset: int, size: int) -> bytes:
+    async def read(self, offset: int, size: int) -> bytes | memoryview:
         end = min(offset + size, self.size)
         if offset >= end:
             return b""
@@ -167,11 +167,11 @@ class NpyHandle(FileHandle):
         d0, d1 = max(offset, hlen) - hlen, end - hlen
         e0, e1 = d0 // self.itemsize, -(-d1 // self.itemsize)
         raw = (await self._elements(e0, e1)).view(np.uint8)
-        data = raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize].tobytes()
+        data = memoryview(raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
         if offset == self._last_end:
             self._prefetch(e1)
         self._last_end = end
-        return head + data if head else data
+        return head + bytes(data) if head else data
 
     async def _chunk(self, index: ChunkIndex) -> bytes | None:
         return await self.tree.chunk(self.op, self.ds, index)
