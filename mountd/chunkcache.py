@@ -9,8 +9,9 @@ Concurrency: one fetch per key. The first task to miss inserts a pending
 ``trio.Event`` with no ``await`` between the check and the insert, then
 fetches; tasks that want the same key meanwhile wait on the event and read
 the outcome. A failed fetch is not cached (the next reader tries again) but
-its waiters see the same error. ``prefetch`` starts fetches in the nursery
-given to the cache, so background work always has an owner; it never raises.
+its waiters see the same error. ``prefetch`` starts fetches in the cache's
+``nursery`` (set by whoever owns the background work, None until then: no
+prefetching), so background work always has an owner; it never raises.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class ChunkCache:
         self.misses = 0
         self._items: OrderedDict[Hashable, bytes | None] = OrderedDict()
         self._pending: dict[Hashable, _Pending] = {}
-        self._nursery = nursery
+        self.nursery = nursery
         self._prefetch_limit = prefetch_limit
         self._prefetching: set[Hashable] = set()
 
@@ -113,11 +114,11 @@ class ChunkCache:
 
     def prefetch(self, key: Hashable, fetch: Fetch) -> None:
         """Start fetching ``key`` in the background unless it is cached or under way."""
-        if (self._nursery is None or key in self or key in self._prefetching
+        if (self.nursery is None or key in self or key in self._prefetching
                 or len(self._prefetching) >= self._prefetch_limit):
             return
         self._prefetching.add(key)
-        self._nursery.start_soon(self._prefetch_one, key, fetch)
+        self.nursery.start_soon(self._prefetch_one, key, fetch)
 
     async def _prefetch_one(self, key: Hashable, fetch: Fetch) -> None:
         try:

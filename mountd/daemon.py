@@ -8,8 +8,9 @@ main loop in a trio nursery, and unmounts cleanly on SIGINT/SIGTERM. When
 exits 0. With ``NOTIFY_SOCKET`` set (systemd ``Type=notify``) it sends
 ``READY=1`` once the mount is live and ``STOPPING=1`` on the way out.
 
-Concurrency: one trio run per process; every background task lives in the
-nursery of ``_serve`` and ends with it.
+Concurrency: one trio run per process. Background work (chunk prefetches)
+lives in the nursery opened by ``_mount_and_serve`` and is cancelled before
+the unmount; the FUSE loop and the signal watcher live in ``_loop``'s nursery.
 """
 
 from __future__ import annotations
@@ -187,26 +188,26 @@ async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> No
     """
     catalog = await _prepare(config)
     keep_freed_memory()
-    async with trio.open_nursery() as background:
-        cache = ChunkCache(config.chunk_cache, background)
-        tree = Tree(CachedCatalog(catalog, ttl=config.metadata_ttl), views=[NpyView()],
-                    ref_index_ttl=config.metadata_ttl, chunk_cache=cache)
-        ops = Operations(await tree.root(), Owner(config.uid, config.gid),
-                         ttl=config.metadata_ttl)
-        try:
-            pyfuse3.init(ops, config.mountpoint, config.fuse_options())
-        except RuntimeError as exc:
-            raise StartError(f"cannot mount on {config.mountpoint}: {exc}") from exc
-        log.info("mounted %s on %s", config.source, config.mountpoint)
-        unmount = True  # unless the kernel ended the session (fusermount3 -u)
-        try:
+    cache = ChunkCache(config.chunk_cache)
+    tree = Tree(CachedCatalog(catalog, ttl=config.metadata_ttl), views=[NpyView()],
+                ref_index_ttl=config.metadata_ttl, chunk_cache=cache)
+    ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl)
+    try:
+        pyfuse3.init(ops, config.mountpoint, config.fuse_options())
+    except RuntimeError as exc:
+        raise StartError(f"cannot mount on {config.mountpoint}: {exc}") from exc
+    log.info("mounted %s on %s", config.source, config.mountpoint)
+    unmount = True  # unless the kernel ended the session (fusermount3 -u)
+    try:
+        async with trio.open_nursery() as background:
+            cache.nursery = background
             unmount = await _loop(ops, config, ready)
-        finally:
             background.cancel_scope.cancel()
-            sd_notify("STOPPING=1")
-            pyfuse3.close(unmount=unmount)
-            log.info("unmounted %s (chunk cache: %d hits, %d misses)", config.mountpoint,
-                     cache.hits, cache.misses)
+    finally:
+        sd_notify("STOPPING=1")
+        pyfuse3.close(unmount=unmount)
+        log.info("unmounted %s (chunk cache: %d hits, %d misses)", config.mountpoint,
+                 cache.hits, cache.misses)
 
 
 def run(config: MountConfig) -> int:
@@ -228,6 +229,9 @@ def _run_foreground(config: MountConfig) -> int:
         trio.run(_mount_and_serve, config, lambda: sd_notify("READY=1"))
     except (StartError, MountError) as exc:
         print(f"h5mount: {exc}", file=sys.stderr)
+        return 1
+    except Exception:
+        log.exception("daemon failed")
         return 1
     return 0
 

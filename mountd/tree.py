@@ -16,6 +16,7 @@ tasks may share every node freely.
 
 from __future__ import annotations
 
+import collections
 import logging
 import posixpath
 import re
@@ -260,11 +261,11 @@ class Tree:
         cached = self._ref_index.get(domain.path)
         if cached is not None and cached[0] > now:
             return cached[1]
-        index: dict[str, str] = {}
-        queue = [self.root_path(domain)]
-        index[queue[0].id] = "/"
+        root = self.root_path(domain)
+        index: dict[str, str] = {root.id: "/"}
+        queue = collections.deque([root])
         while queue and len(index) < REF_INDEX_LIMIT:
-            op = queue.pop(0)
+            op = queue.popleft()
             try:
                 group = await self.obj(op)
             except MountError:
@@ -513,7 +514,7 @@ class GroupDir(ObjectDir):
     async def _object_entries(self, op: ObjPath, link: Link) -> dict[str, Node]:
         kind = link.target_kind
         obj: AnyObject | None = None
-        if kind is None or (kind is ObjectKind.DATASET and self.tree.views):
+        if kind is None or self.tree.views:
             try:
                 obj = await self.tree.obj(op)
                 kind = obj.kind
