@@ -20,6 +20,7 @@ import pytest
 
 from tests import h5files
 from tests.hsds_server import HsdsServer, hsds_node_available, missing_objects
+from tests.mounting import mounted
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ class HsdsBucket:
     @property
     def bucket_dir(self) -> Path:
         return self.root_dir / self.bucket
+
+    def domains(self) -> list[tuple[str, Path]]:
+        """(domain key, local .h5) pairs, sorted by domain."""
+        return sorted(self.files.items())
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +94,11 @@ def hsds_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HsdsBucket
     )
     log.info("hsds_bucket ready in %.1fs at %s", bucket.seconds, bucket.bucket_dir)
     yield bucket
+
+
+@pytest.fixture(scope="module")
+def mnt(hsds_bucket: HsdsBucket, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The session bucket mounted with the real daemon, once per test module."""
+    mp = tmp_path_factory.mktemp("mnt")
+    with mounted(hsds_bucket.bucket_dir, mp):
+        yield mp

@@ -59,6 +59,15 @@ def walk_links(f: h5py.File) -> Iterator[LinkInfo]:
     yield from visit(f, "/", [("/", f["/"])])
 
 
+def descr_fields(descr: list) -> list[tuple]:
+    """A JSON ``descr`` (lists) as the tuples NumPy wants, nested fields included."""
+    fields = []
+    for name, kind, *shape in descr:
+        base = descr_fields(kind) if isinstance(kind, list) else kind
+        fields.append((name, base, tuple(shape[0])) if shape else (name, base))
+    return fields
+
+
 def json_float(x: float) -> Any:
     if math.isnan(x):
         return "NaN"

@@ -6,7 +6,6 @@ import json
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -16,6 +15,7 @@ import pytest
 
 from tests.h5compare import (
     LinkInfo,
+    descr_fields,
     expected_chunk,
     expected_json,
     json_float,
@@ -23,30 +23,10 @@ from tests.h5compare import (
     mount_rel,
     walk_links,
 )
-from tests.mounting import fuse_available, mounted
+from tests.mounting import fuse_available
 
 pytestmark = pytest.mark.skipif(fuse_available() is not None,
                                 reason=f"no FUSE: {fuse_available()}")
-
-
-@pytest.fixture(scope="module")
-def mnt(hsds_bucket, tmp_path_factory) -> Iterator[Path]:
-    mp = tmp_path_factory.mktemp("mnt")
-    with mounted(hsds_bucket.bucket_dir, mp):
-        yield mp
-
-
-def domains(hsds_bucket) -> list[tuple[str, Path]]:
-    return sorted(hsds_bucket.files.items())
-
-
-def descr_fields(descr: list) -> list[tuple]:
-    """A JSON ``descr`` (lists) as the tuples NumPy wants, nested fields included."""
-    fields = []
-    for name, kind, *shape in descr:
-        base = descr_fields(kind) if isinstance(kind, list) else kind
-        fields.append((name, base, tuple(shape[0])) if shape else (name, base))
-    return fields
 
 
 def sidecar_dtype(doc: dict) -> np.dtype | str:
@@ -147,7 +127,7 @@ def check_attributes(obj, where: Path, side: Path, f: h5py.File) -> None:
 
 def test_every_link_matches_h5py(mnt: Path, hsds_bucket) -> None:
     checked = 0
-    for domain, h5file in domains(hsds_bucket):
+    for domain, h5file in hsds_bucket.domains():
         root = mnt / domain
         with h5py.File(h5file, "r") as f:
             for info in walk_links(f):
@@ -205,7 +185,7 @@ def check_link(info: LinkInfo, where: Path, root: Path, f: h5py.File) -> None:
 
 
 def test_domain_root_sidecar(mnt: Path, hsds_bucket) -> None:
-    for domain, h5file in domains(hsds_bucket):
+    for domain, h5file in hsds_bucket.domains():
         doc = json.loads((mnt / f"{domain}.json").read_text())
         assert doc["kind"] == "group" and doc["path"] == "/"
         assert set(doc["domain"]) >= {"owner", "acls", "created", "lastModified"}

@@ -31,26 +31,21 @@ import numpy as np
 import pytest
 
 from mountd.names import display_name
-from tests.h5compare import expected_json, json_float, mount_file, mount_rel, walk_links
-from tests.mounting import fuse_available, mounted
-from tests.test_mount_hsds import descr_fields
+from tests.h5compare import (
+    descr_fields,
+    expected_json,
+    json_float,
+    mount_file,
+    mount_rel,
+    walk_links,
+)
+from tests.mounting import fuse_available
 
 pytestmark = pytest.mark.skipif(fuse_available() is not None,
                                 reason=f"no FUSE: {fuse_available()}")
 
 #: Link names a Zarr view generates; a real link of such a name wins (MOUNT-SPEC "Names").
 ZARR_NAMES = frozenset({".zgroup", ".zattrs", ".zarray"})
-
-
-@pytest.fixture(scope="module")
-def mnt(hsds_bucket, tmp_path_factory) -> Iterator[Path]:
-    mp = tmp_path_factory.mktemp("mnt")
-    with mounted(hsds_bucket.bucket_dir, mp):
-        yield mp
-
-
-def domains(hsds_bucket) -> list[tuple[str, Path]]:
-    return sorted(hsds_bucket.files.items())
 
 
 # --------------------------------------------------------------------------- helpers
@@ -167,7 +162,7 @@ def shadowed(f: h5py.File, h5path: str, suffix: str) -> bool:
 
 def hard_datasets(mnt: Path, hsds_bucket) -> Iterator[DatasetCase]:
     """Every dataset reached by a hard link (no cycle), in every domain, files open."""
-    for domain, h5file in domains(hsds_bucket):
+    for domain, h5file in hsds_bucket.domains():
         with h5py.File(h5file, "r") as f:
             for info in walk_links(f):
                 if info.cycle_to is None and isinstance(info.obj, h5py.Dataset):
@@ -541,7 +536,7 @@ def test_zarr_open_every_group(mnt: Path, hsds_bucket) -> None:
     zarr = zarr_module()
     arrays_seen: set[tuple[str, str]] = set()
     should_see: set[tuple[str, str]] = set()
-    for domain, h5file in domains(hsds_bucket):
+    for domain, h5file in hsds_bucket.domains():
         root = mnt / domain
         with h5py.File(h5file, "r") as f:
             groups = zarr_groups(f)
@@ -675,7 +670,7 @@ def expected_dimensions(ds: h5py.Dataset) -> list[str] | None:
 
 def test_zattrs_equal_sidecar_attributes(mnt: Path, hsds_bucket) -> None:
     checked = dims = 0
-    for domain, h5file in domains(hsds_bucket):
+    for domain, h5file in hsds_bucket.domains():
         root = mnt / domain
         with h5py.File(h5file, "r") as f:
             objects = [("/", f["/"])] + [(i.path, i.obj) for i in walk_links(f)
