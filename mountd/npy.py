@@ -125,10 +125,10 @@ class NpyFile(FileNode):
         return ("npy", self.op.key)
 
     async def _dataset(self) -> Dataset:
-        obj = await self.tree.obj(self.op)
-        if not isinstance(obj, Dataset) or not obj.type.fixed_size or obj.shape is None:
+        ds = await self.tree.dataset(self.op)
+        if not ds.type.fixed_size or ds.shape is None:
             raise StorageError(self.op.h5path, "no longer a dataset of fixed-size type")
-        return obj
+        return ds
 
     async def stat(self) -> Stat:
         ds = await self._dataset()

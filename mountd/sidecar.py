@@ -25,6 +25,12 @@ XATTR_MAX = 64 * 1024
 RefResolver = Callable[[ObjectRef], Awaitable[str | None]]
 
 
+async def resolved_jsonable(value: Any, resolve: RefResolver) -> Any:
+    """``value`` as strict-JSON-safe Python, object references resolved to paths."""
+    refs = {ref: await resolve(ref) for ref in set(jsonvalue.iter_refs(value))}
+    return jsonvalue.jsonable(value, refs)
+
+
 def decode_chunk(ds: Dataset, data: bytes) -> np.ndarray:
     """A chunk file's bytes as a flat array of the dataset's elements."""
     vlen = ds.type.vlen
@@ -81,8 +87,7 @@ async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
     doc["attributes"] = {a.name: a.value for a in obj.attrs}
     doc["created"] = obj.created
     doc["modified"] = obj.modified
-    refs = {ref: await resolve(ref) for ref in set(jsonvalue.iter_refs(doc))}
-    result: dict[str, Any] = jsonvalue.jsonable(doc, refs)
+    result: dict[str, Any] = await resolved_jsonable(doc, resolve)
     return result
 
 
@@ -109,8 +114,8 @@ async def object_xattrs(obj: AnyObject, resolve: RefResolver) -> dict[str, bytes
         if isinstance(attr.value, str):
             value = attr.value.encode("utf-8", "surrogateescape")
         else:
-            refs = {ref: await resolve(ref) for ref in set(jsonvalue.iter_refs(attr.value))}
-            value = jsonvalue.dumps(attr.value, refs, indent=None).encode()
+            value = jsonvalue.dumps(await resolved_jsonable(attr.value, resolve),
+                                    indent=None).encode()
         if len(value) > XATTR_MAX:
             log.debug("xattr %s of %s left out: %d bytes", name, obj.id, len(value))
             continue

@@ -143,6 +143,20 @@ class Tree:
             raise StorageError(str(exc), f"object {op.id} linked at {op.h5path} is missing") \
                 from exc
 
+    async def group(self, op: ObjPath) -> Group:
+        """The object at ``op``, which must be a group (else EIO: it changed kind)."""
+        obj = await self.obj(op)
+        if not isinstance(obj, Group):
+            raise StorageError(op.h5path, f"expected a group, found a {obj.kind.value}")
+        return obj
+
+    async def dataset(self, op: ObjPath) -> Dataset:
+        """The object at ``op``, which must be a dataset (else EIO: it changed kind)."""
+        obj = await self.obj(op)
+        if not isinstance(obj, Dataset):
+            raise StorageError(op.h5path, f"expected a dataset, found a {obj.kind.value}")
+        return obj
+
     async def root(self) -> DirNode:
         """The node at the mount root."""
         single = self.catalog.single_domain
@@ -415,12 +429,6 @@ class GroupDir(ObjectDir):
         super().__init__(tree, op)
         self.mount_root = mount_root
 
-    async def _group(self) -> Group:
-        obj = await self.tree.obj(self.op)
-        if not isinstance(obj, Group):
-            raise StorageError(self.op.h5path, f"expected a group, found a {obj.kind.value}")
-        return obj
-
     def _suffixes(self) -> list[str]:
         return [SIDECAR, *(view.suffix for view in self.tree.views)]
 
@@ -435,7 +443,7 @@ class GroupDir(ObjectDir):
         return index
 
     async def listing(self) -> list[tuple[str, Node]]:
-        group = await self._group()
+        group = await self.tree.group(self.op)
         index = self._index(group)
         per_link: dict[str, dict[str, Node]] = {}
         limiter = trio.CapacityLimiter(LIST_CONCURRENCY)
@@ -456,7 +464,7 @@ class GroupDir(ObjectDir):
         return items
 
     async def lookup(self, name: str) -> Node:
-        group = await self._group()
+        group = await self.tree.group(self.op)
         index = self._index(group)
         if name not in index:
             own = self._own_files().get(name)
@@ -546,12 +554,6 @@ def parse_chunk_name(name: str) -> ChunkIndex | None:
 class DatasetDir(ObjectDir):
     """A dataset: one file per stored chunk, named by grid index."""
 
-    async def _dataset(self) -> Dataset:
-        obj = await self.tree.obj(self.op)
-        if not isinstance(obj, Dataset):
-            raise StorageError(self.op.h5path, f"expected a dataset, found a {obj.kind.value}")
-        return obj
-
     def _own_files(self, ds: Dataset) -> dict[str, Node]:
         files: dict[str, Node] = {}
         if zarrmeta.has_zarray(ds):
@@ -560,14 +562,14 @@ class DatasetDir(ObjectDir):
         return files
 
     async def listing(self) -> list[tuple[str, Node]]:
-        ds = await self._dataset()
+        ds = await self.tree.dataset(self.op)
         indices = [idx async for idx in ds.store.iter_stored() if ds.in_grid(idx)]
         indices.sort()
         return [*self._own_files(ds).items(),
                 *((chunk_name(idx), ChunkFile(self.tree, self.op, idx)) for idx in indices)]
 
     async def lookup(self, name: str) -> Node:
-        ds = await self._dataset()
+        ds = await self.tree.dataset(self.op)
         own = self._own_files(ds).get(name)
         if own is not None:
             return own
@@ -667,19 +669,13 @@ class ChunkFile(FileNode):
     def key(self) -> Hashable:
         return ("chunk", self.op.key, self.index)
 
-    async def _dataset(self) -> Dataset:
-        obj = await self.tree.obj(self.op)
-        if not isinstance(obj, Dataset):
-            raise StorageError(self.op.h5path, "not a dataset")
-        return obj
-
     async def stat(self) -> Stat:
-        ds = await self._dataset()
+        ds = await self.tree.dataset(self.op)
         mtime, ctime = _times(ds, self.tree)
         return Stat(NodeType.FILE, size=ds.chunk_nbytes or 0, mtime=mtime, ctime=ctime)
 
     async def open(self) -> FileHandle:
-        ds = await self._dataset()
+        ds = await self.tree.dataset(self.op)
         where = f"{self.op.domain.path}{self.op.h5path} chunk {chunk_name(self.index)}"
 
         async def load() -> bytes:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import posixpath
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numcodecs
@@ -23,8 +22,7 @@ import numpy as np
 
 from layouts.model import AnyObject, Dataset, ObjectRef, VlenKind
 from mountd import jsonvalue
-
-RefResolver = Callable[[ObjectRef], Awaitable[str | None]]
+from mountd.sidecar import RefResolver, resolved_jsonable
 
 ZGROUP = b'{\n  "zarr_format": 2\n}\n'
 
@@ -127,9 +125,7 @@ async def array_dimensions(obj: AnyObject, h5path: str,
 
 
 async def zattrs_bytes(obj: AnyObject, h5path: str, resolve: RefResolver) -> bytes:
-    doc = {a.name: a.value for a in obj.attrs}
-    refs = {ref: await resolve(ref) for ref in set(jsonvalue.iter_refs(doc))}
-    out: dict[str, Any] = jsonvalue.jsonable(doc, refs)
+    out: dict[str, Any] = await resolved_jsonable({a.name: a.value for a in obj.attrs}, resolve)
     dims = await array_dimensions(obj, h5path, resolve)
     if dims is not None:
         out["_ARRAY_DIMENSIONS"] = dims
