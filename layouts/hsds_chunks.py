@@ -364,13 +364,18 @@ class HsdsChunkStore:
             async for index in self._iter_dir(prefix, int(number)):
                 yield index
 
-    async def _iter_dir(self, prefix: str, partition: int | None) -> AsyncIterator[ChunkIndex]:
+    async def _keys(self, prefix: str) -> AsyncIterator[str]:
+        """The keys (not sub-prefixes) directly under ``prefix``, page by page."""
         try:
-            listing = await self._store.list_dir(prefix)
+            async for key in self._store.iter_dir(prefix):
+                if not key.endswith("/"):
+                    yield key
         except NotFound:
             return
+
+    async def _iter_dir(self, prefix: str, partition: int | None) -> AsyncIterator[ChunkIndex]:
         rank = len(self._grid or ())
-        for key in listing.keys:
+        async for key in self._keys(prefix):
             index = hsds_ids.parse_chunk_name(key[len(prefix):], rank)
             if index is None or not self._in_grid(index):
                 continue
@@ -379,12 +384,8 @@ class HsdsChunkStore:
 
     async def _iter_v1(self) -> AsyncIterator[ChunkIndex]:
         stem = f"c-{self._dset.id[2:]}_"
-        try:
-            listing = await self._store.list_dir("")
-        except NotFound:
-            return
         rank = len(self._grid or ())
-        for key in listing.keys:
+        async for key in self._keys(""):
             head, sep, rest = key.partition("-")
             if not sep or len(head) != 5 or not rest.startswith(stem):
                 continue

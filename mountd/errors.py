@@ -35,6 +35,10 @@ class StorageError(MountError):
         self.reason = reason
 
 
+class Changed(StorageError):
+    """The object is no longer the version a caller had (its etag differs)."""
+
+
 class Corrupt(StorageError):
     """Stored bytes were read but are not valid for their format."""
 

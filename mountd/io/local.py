@@ -19,12 +19,20 @@ from typing import TypeVar
 
 import trio
 
-from mountd.errors import NotFound, StorageError
-from mountd.io.store import ByteRange, Listing, ObjectInfo
+from mountd.errors import Changed, NotFound, StorageError
+from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Directory entries read per worker-thread call in ``iter_dir``.
+DIR_PAGE = 1000
+
+
+def _info(st: os.stat_result) -> ObjectInfo:
+    return ObjectInfo(size=st.st_size, etag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
+                      mtime=st.st_mtime)
 
 
 class LocalStore:
@@ -69,13 +77,29 @@ class LocalStore:
 
         return await self._run(key, read)
 
+    async def fetch(self, key: str, byte_range: ByteRange | None = None,
+                    if_match: str | None = None) -> Fetched:
+        path = self._path(key)
+
+        def read() -> Fetched:
+            with open(path, "rb") as f:
+                info = _info(os.fstat(f.fileno()))
+                if if_match is not None and info.etag != if_match:
+                    raise Changed(key, f"changed (etag {info.etag}, expected {if_match})")
+                if byte_range is None:
+                    return Fetched(f.read(), info)
+                f.seek(byte_range.start)
+                size = -1 if byte_range.length is None else byte_range.length
+                return Fetched(f.read(size), info)
+
+        return await self._run(key, read)
+
     async def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
         st = await self._run(key, path.stat)
         if not os.path.isfile(path):
             raise NotFound(key)
-        return ObjectInfo(size=st.st_size, etag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
-                          mtime=st.st_mtime)
+        return _info(st)
 
     async def exists(self, key: str) -> bool:
         path = self._path(key)
@@ -99,6 +123,26 @@ class LocalStore:
             return Listing(prefixes, keys)
 
         return await self._run(prefix, scan)
+
+    async def iter_dir(self, prefix: str) -> AsyncIterator[str]:
+        path = self._path(prefix)
+        it = await self._run(prefix, lambda: os.scandir(path))
+
+        def page() -> list[str]:
+            names = []
+            for entry in it:
+                names.append(f"{prefix}{entry.name}/" if entry.is_dir()
+                             else f"{prefix}{entry.name}")
+                if len(names) == DIR_PAGE:
+                    break
+            return names
+
+        try:
+            while names := await self._run(prefix, page):
+                for name in names:
+                    yield name
+        finally:
+            it.close()
 
     async def iter_keys(self, prefix: str) -> AsyncIterator[str]:
         pending = [prefix]
