@@ -17,9 +17,16 @@ from mountd.config import MountConfig, OptionError, apply_options
 DESCRIPTION = """\
 Mount HDF5 data read-only as a POSIX tree.
 
-SOURCE is a local directory holding an HSDS bucket (the directory that
-contains db/ and the domain folders, i.e. ROOT_DIR/BUCKET as written by
-`hsds --root_dir ROOT_DIR --bucket_name BUCKET`).
+SOURCE is an HSDS bucket, either
+  - a local directory (the one that contains db/ and the domain folders,
+    i.e. ROOT_DIR/BUCKET as written by `hsds --root_dir ROOT_DIR`), or
+  - s3://BUCKET[/PREFIX] on AWS S3 or any S3-compatible store (see
+    --endpoint-url). Credentials come from the usual AWS chain: the
+    AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment variables, --profile
+    or AWS_PROFILE, ~/.aws/credentials and ~/.aws/config; --anon for public
+    buckets. Remote reads go through a block cache (-o cache_size, and
+    -o cache_dir for a persistent one) with sequential readahead, and are
+    retried on throttling, 5xx and resets for at most -o timeout seconds.
 
 Groups become directories, datasets become directories of decoded chunk
 files, every object has a P.json sidecar, every dataset of fixed-size type
@@ -43,6 +50,15 @@ mount options (-o, comma separated, mount(8) style):
   readahead=SIZE       largest read the kernel sends, set on the mount's
                        bdi when run as root (default: 1M; 0 keeps the
                        kernel's default)
+  cache_size=SIZE      memory for blocks of remote objects (default: 512M)
+  cache_dir=DIR        also keep remote blocks on disk in DIR, validated by
+                       ETag, so they survive a remount (default: none)
+  disk_cache_size=SIZE largest size of cache_dir (default: 10G); the cache
+                       also leaves free space on its file system
+  timeout=SECS         longest time one storage request may take, retries
+                       included, before the reader gets EIO (default: 30)
+  endpoint_url=URL, region=NAME, profile=NAME, anon
+                       the same as the S3 options above, for fstab
   nosuid,nodev,noexec,noatime
                        passed to the kernel
   defaults,auto,noauto,nofail,_netdev,user,users,x-*
@@ -57,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="h5mount", description=DESCRIPTION, epilog=OPTIONS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", metavar="SOURCE", help="HSDS bucket directory")
+    parser.add_argument("source", metavar="SOURCE", help="HSDS bucket directory or s3://BUCKET[/PREFIX]")
     parser.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     parser.add_argument("-f", "--foreground", action="store_true",
                         help="stay in the foreground and log to stderr")
@@ -66,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--domain", metavar="PATH",
                         help="mount only this domain (e.g. /home/u/f.h5): the mount root "
                              "is its root group, with its sidecar at .root.json")
+    s3 = parser.add_argument_group("S3 sources")
+    s3.add_argument("--endpoint-url", metavar="URL",
+                    help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (path-style "
+                         "addressing is used); default: AWS")
+    s3.add_argument("--region", help="region of the bucket (default: from the AWS config, "
+                                     "else us-east-1)")
+    s3.add_argument("--profile", help="profile of ~/.aws/credentials and ~/.aws/config to use")
+    s3.add_argument("--anon", action="store_true",
+                    help="send unsigned requests (public buckets); no credentials needed")
     parser.add_argument("--log-level", default="WARNING",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         type=str.upper, help="log verbosity (default: WARNING)")
@@ -90,6 +115,13 @@ def parse_args(argv: list[str]) -> MountConfig:
         apply_options(config, args.options)
     except OptionError as exc:
         parser.error(str(exc))
+    for name in ("endpoint_url", "region", "profile"):
+        if getattr(args, name) is not None:
+            setattr(config, name, getattr(args, name))
+    config.anon = config.anon or args.anon
+    if not config.source.startswith("s3://") and (config.endpoint_url or config.region
+                                                   or config.profile or config.anon):
+        parser.error("--endpoint-url, --region, --profile and --anon apply to s3:// sources")
     return config
 
 

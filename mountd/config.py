@@ -33,6 +33,14 @@ class MountConfig:
     metadata_ttl: float = 60.0
     chunk_cache: int = 256 << 20
     readahead: int = 1 << 20
+    cache_size: int = 512 << 20
+    cache_dir: str | None = None
+    disk_cache_size: int = 10 << 30
+    timeout: float = 30.0
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    anon: bool = False
     kernel_options: list[str] = field(default_factory=list)
     log_level: str = "WARNING"
     log_file: str | None = None
@@ -100,6 +108,24 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.chunk_cache = parse_size(name, val)
             elif name == "readahead":
                 config.readahead = parse_size(name, val)
+            elif name == "cache_size":
+                config.cache_size = parse_size(name, val)
+            elif name == "cache_dir":
+                if not val:
+                    raise OptionError("option cache_dir needs a directory")
+                config.cache_dir = os.path.abspath(val)
+            elif name == "disk_cache_size":
+                config.disk_cache_size = parse_size(name, val)
+            elif name == "timeout":
+                config.timeout = _number(name, val, float)
+                if config.timeout == 0:
+                    raise OptionError("option timeout=0: must be more than 0 seconds")
+            elif name in ("endpoint_url", "region", "profile"):
+                if not val:
+                    raise OptionError(f"option {name} needs a value")
+                setattr(config, name, val)
+            elif name == "anon":
+                config.anon = True
             elif name == "rw":
                 raise OptionError("h5mount mounts are read-only; option rw is not supported")
             elif name in _KERNEL:

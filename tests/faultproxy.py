@@ -1,0 +1,307 @@
+"""A real HTTP reverse proxy on loopback that injects faults, for testing remote stores.
+
+Owns one ``ThreadingHTTPServer`` on ``127.0.0.1`` (a free port) and its serve
+thread. Each request is read whole, matched against the registered faults
+and, unless a fault answers instead, forwarded unchanged to ``upstream``
+(Host and signed headers included, so SigV4 signatures made for the proxy's
+address stay as they were; moto does not check them). The upstream answer is
+read whole and sent back on a keep-alive connection.
+
+Faults match on the method (None: any) and a substring of the request target
+(path and query), apply to the next ``times`` matching requests (None: all),
+and are tried in the order they were added:
+
+- ``error``: answer ``status`` with an S3 XML error body (503 SlowDown, 500, 403 ...).
+- ``reset``: send the headers and half the body, then reset the connection (RST).
+- ``truncate``: send the headers (full Content-Length) and half the body, then close.
+- ``stall``: send nothing for ``seconds`` (cut short by ``stop``), then close.
+- ``latency``: wait ``seconds``, then forward as usual (a slow server).
+
+Every request received is recorded (method, target, headers, fault applied);
+``count`` queries that record. Concurrency: handler threads share the fault
+list and the record under one lock; the test thread may add faults or read
+counts at any time. ``stop`` ends the serve loop, wakes stalled handlers and
+shuts down open client connections, so it returns promptly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Self
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+#: Headers that belong to one connection, never forwarded.
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                         "transfer-encoding", "upgrade"})
+
+_MESSAGES = {
+    403: ("AccessDenied", "Access Denied"),
+    500: ("InternalError", "We encountered an internal error. Please try again."),
+    503: ("SlowDown", "Please reduce your request rate."),
+}
+
+
+@dataclass
+class Fault:
+    """One registered fault; ``times`` counts down to 0 (None: never)."""
+
+    kind: str
+    method: str | None
+    path: str
+    times: int | None
+    status: int = 503
+    code: str = "SlowDown"
+    seconds: float = 0.0
+
+    def matches(self, method: str, target: str) -> bool:
+        return ((self.method is None or self.method == method) and self.path in target
+                and (self.times is None or self.times > 0))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the proxy received it."""
+
+    method: str
+    target: str
+    headers: dict[str, str] = field(default_factory=dict)
+    fault: str | None = None
+
+
+class FaultProxy:
+    """Forwards to ``upstream`` (``http://host:port``); use as a context manager."""
+
+    def __init__(self, upstream: str) -> None:
+        parts = urlsplit(upstream)
+        self.upstream_host = parts.hostname or "127.0.0.1"
+        self.upstream_port = parts.port or 80
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+        self._seen: list[Seen] = []
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the proxy is not started")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.proxy = self
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
+                                        name="faultproxy", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # -- faults ------------------------------------------------------------
+
+    def error(self, status: int = 503, code: str | None = None, *, method: str | None = None,
+              path: str = "", times: int | None = None) -> None:
+        """Answer matching requests with ``status`` and an S3 error body."""
+        code = code or _MESSAGES.get(status, ("Error", ""))[0]
+        self._add(Fault("error", method, path, times, status=status, code=code))
+
+    def reset(self, *, method: str | None = None, path: str = "",
+              times: int | None = None) -> None:
+        """Reset the connection halfway through the body of matching responses."""
+        self._add(Fault("reset", method, path, times))
+
+    def truncate(self, *, method: str | None = None, path: str = "",
+                 times: int | None = None) -> None:
+        """Send half the body of matching responses, then close the connection."""
+        self._add(Fault("truncate", method, path, times))
+
+    def stall(self, seconds: float, *, method: str | None = None, path: str = "",
+              times: int | None = None) -> None:
+        """Hold matching requests silently for ``seconds``, then close the connection."""
+        self._add(Fault("stall", method, path, times, seconds=seconds))
+
+    def latency(self, seconds: float, *, method: str | None = None, path: str = "",
+                times: int | None = None) -> None:
+        """Delay matching requests by ``seconds`` before forwarding them."""
+        self._add(Fault("latency", method, path, times, seconds=seconds))
+
+    def clear(self) -> None:
+        """Forget every fault and every recorded request."""
+        with self._lock:
+            self._faults.clear()
+            self._seen.clear()
+
+    def _add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    # -- record ------------------------------------------------------------
+
+    def requests(self, method: str | None = None, path: str = "") -> list[Seen]:
+        """Requests received so far whose method and target match."""
+        with self._lock:
+            return [s for s in self._seen
+                    if (method is None or s.method == method) and path in s.target]
+
+    def count(self, method: str | None = None, path: str = "") -> int:
+        return len(self.requests(method, path))
+
+    def _arrived(self, method: str, target: str, headers: dict[str, str]) -> Fault | None:
+        with self._lock:
+            fault = next((f for f in self._faults if f.matches(method, target)), None)
+            if fault is not None and fault.times is not None:
+                fault.times -= 1
+            self._seen.append(Seen(method, target, headers, fault.kind if fault else None))
+            return fault
+
+    def _wait(self, seconds: float) -> None:
+        self._stopping.wait(seconds)
+
+    def _track(self, conn: socket.socket, alive: bool) -> None:
+        with self._lock:
+            if alive:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    proxy: FaultProxy
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 60
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.proxy._track(self.connection, alive=True)
+
+    def finish(self) -> None:
+        self.server.proxy._track(self.connection, alive=False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("faultproxy: " + format, *args)  # noqa: G003 - the base class's format
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def do_PUT(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def do_DELETE(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        proxy = self.server.proxy
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        fault = proxy._arrived(self.command, self.path, dict(self.headers.items()))
+        try:
+            if fault is not None and fault.kind == "error":
+                self._send_error(fault.status, fault.code)
+                return
+            if fault is not None and fault.kind == "stall":
+                proxy._wait(fault.seconds)
+                self.close_connection = True
+                return
+            if fault is not None and fault.kind == "latency":
+                proxy._wait(fault.seconds)
+            status, reason, headers, payload = self._forward(body)
+            if fault is not None and fault.kind in ("reset", "truncate"):
+                self._send(status, reason, headers, payload, cut=True)
+                if fault.kind == "reset":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.connection.close()
+                self.close_connection = True
+                return
+            self._send(status, reason, headers, payload, cut=False)
+        except OSError as exc:  # the client went away
+            log.debug("faultproxy: %s %s: %s", self.command, self.path, exc)
+            self.close_connection = True
+
+    def _forward(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        proxy = self.server.proxy
+        conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=60)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            conn.request(self.command, self.path, body=body or None, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+            return response.status, response.reason, response.getheaders(), payload
+        finally:
+            conn.close()
+
+    def _send(self, status: int, reason: str, headers: list[tuple[str, str]], payload: bytes,
+              cut: bool) -> None:
+        self.send_response_only(status, reason)
+        for name, value in headers:
+            lower = name.lower()
+            if lower in _HOP_BY_HOP or (lower == "content-length" and self.command != "HEAD"):
+                continue
+            self.send_header(name, value)
+        if self.command == "HEAD":
+            self.end_headers()
+            return
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload[:len(payload) // 2] if cut else payload)
+        self.wfile.flush()
+
+    def _send_error(self, status: int, code: str) -> None:
+        message = _MESSAGES.get(status, (code, code))[1]
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                f"<Message>{message}</Message><RequestId>faultproxy</RequestId></Error>"
+                ).encode()
+        self.send_response_only(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", "0" if self.command == "HEAD" else str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self.wfile.flush()

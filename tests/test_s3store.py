@@ -1,0 +1,267 @@
+"""S3-only behaviour: retries through a fault-injecting proxy, time bounds, credentials.
+
+Every test talks to a real moto server through ``tests/faultproxy.py``, so
+each fault is a real HTTP event (a 503 with an S3 body, a reset, a stalled or
+short response) and the proxy's record shows what the store actually sent.
+The only timing assertions are upper bounds: an operation ends within its
+``timeout`` plus a little slack.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from mountd.errors import NotFound, SourceError, StorageError
+from mountd.io.s3 import S3Options, S3Store, open_s3, parse_s3_url
+from mountd.io.store import ByteRange
+from tests.faultproxy import FaultProxy
+from tests.moto_server import MotoServer
+from tests.test_store_conformance import aws_environment, take
+
+BUCKET = "s3store"
+OTHER = "s3store-other"
+PUBLIC = "s3store-public"
+DATA = bytes(range(256)) * 64
+LAZY = 45
+#: Seconds of budget for tests that fail on purpose; the slack allowed past it.
+SHORT = 3.0
+SLACK = 1.5
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    with MotoServer() as server, aws_environment(server, tmp_path_factory.mktemp("aws")):
+        client = server.client()
+        server.create_bucket(BUCKET)
+        server.create_bucket(OTHER)
+        client.create_bucket(Bucket=PUBLIC, ACL="public-read")
+        client.put_object(Bucket=BUCKET, Key="data/obj", Body=DATA)
+        client.put_object(Bucket=OTHER, Key="linked/obj", Body=b"in the other bucket")
+        client.put_object(Bucket=PUBLIC, Key="open", Body=b"public", ACL="public-read")
+        for i in range(LAZY):
+            client.put_object(Bucket=BUCKET, Key=f"data/lazy/k{i:02d}", Body=b"k")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxy_server(moto: MotoServer) -> Iterator[FaultProxy]:
+    with FaultProxy(moto.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxy(proxy_server: FaultProxy) -> FaultProxy:
+    proxy_server.clear()
+    return proxy_server
+
+
+def run(proxy: FaultProxy, test: Callable[[S3Store], Awaitable[None]],
+        url: str = f"s3://{BUCKET}/data", **options: object) -> None:
+    """``test(store)`` inside ``trio.run``, the store reaching moto through ``proxy``."""
+    async def main() -> None:
+        settings = S3Options(endpoint_url=proxy.endpoint, **options)  # type: ignore[arg-type]
+        async with open_s3(settings) as conn:
+            await test(conn.store_for_url(url))
+    trio.run(main)
+
+
+def test_parse_url_and_store_url() -> None:
+    assert parse_s3_url("s3://b") == ("b", "")
+    assert parse_s3_url("s3://b/") == ("b", "")
+    assert parse_s3_url("s3://b/p/q/") == ("b", "p/q/")
+    assert parse_s3_url("s3://b/p") == ("b", "p/")
+    for bad in ("s3://", "http://b/p", "b/p"):
+        with pytest.raises(SourceError):
+            parse_s3_url(bad)
+
+
+def test_for_bucket_shares_the_client(proxy: FaultProxy) -> None:
+    async def test(store: S3Store) -> None:
+        assert store.url == f"s3://{BUCKET}/data"
+        other = store.for_bucket(OTHER)
+        assert other.url == f"s3://{OTHER}"
+        assert await other.get("linked/obj") == b"in the other bucket"
+        assert await store.for_bucket(OTHER, "linked").get("obj") == b"in the other bucket"
+        assert await store.get("obj", ByteRange(256, 4)) == DATA[256:260]
+    run(proxy, test)
+
+
+def test_503_slowdown_then_success(proxy: FaultProxy) -> None:
+    proxy.error(503, method="GET", path="/data/obj", times=2)
+
+    async def test(store: S3Store) -> None:
+        fetched = await store.fetch("obj", ByteRange(100, 50))
+        assert fetched.data == DATA[100:150] and fetched.info.size == len(DATA)
+    run(proxy, test)
+    seen = proxy.requests("GET", "/data/obj")
+    assert [s.fault for s in seen] == ["error", "error", None]
+
+
+def test_resets_then_success(proxy: FaultProxy) -> None:
+    proxy.reset(method="GET", path="/data/obj", times=2)
+
+    async def test(store: S3Store) -> None:
+        assert await store.get("obj") == DATA
+    run(proxy, test)
+    assert [s.fault for s in proxy.requests("GET", "/data/obj")] == ["reset", "reset", None]
+
+
+def test_truncated_body_is_retried(proxy: FaultProxy) -> None:
+    proxy.truncate(method="GET", path="/data/obj", times=1)
+
+    async def test(store: S3Store) -> None:
+        assert await store.get("obj", ByteRange(1000, 3000)) == DATA[1000:4000]
+    run(proxy, test)
+    assert [s.fault for s in proxy.requests("GET", "/data/obj")] == ["truncate", None]
+
+
+def test_head_and_list_are_retried(proxy: FaultProxy) -> None:
+    proxy.error(500, method="HEAD", times=1)
+    proxy.error(503, path="list-type=2", times=1)
+
+    async def test(store: S3Store) -> None:
+        assert (await store.head("obj")).size == len(DATA)
+        assert (await store.list_dir("")).keys == ["obj"]
+    run(proxy, test)
+    assert proxy.count("HEAD") == 2
+    assert proxy.count("GET", "list-type=2") == 2
+
+
+def test_stall_is_detected_and_retried(proxy: FaultProxy) -> None:
+    timeout = 6.0  # a stall is given up after timeout / 3
+    proxy.stall(60, method="GET", path="/data/obj", times=1)
+
+    async def test(store: S3Store) -> None:
+        started = time.monotonic()
+        assert await store.get("obj", ByteRange(0, 10)) == DATA[:10]
+        assert time.monotonic() - started < timeout + SLACK
+    run(proxy, test, timeout=timeout)
+    assert [s.fault for s in proxy.requests("GET", "/data/obj")] == ["stall", None]
+
+
+def test_slow_server_is_not_an_error(proxy: FaultProxy) -> None:
+    proxy.latency(0.3, method="GET", path="/data/obj")
+
+    async def test(store: S3Store) -> None:
+        assert await store.get("obj", ByteRange(5, 5)) == DATA[5:10]
+    run(proxy, test, timeout=SHORT)
+    assert proxy.count("GET", "/data/obj") == 1
+
+
+@pytest.mark.parametrize("fault", ["500", "503", "reset", "stall"])
+def test_permanent_fault_fails_within_the_timeout(proxy: FaultProxy, fault: str) -> None:
+    if fault == "reset":
+        proxy.reset(method="GET", path="/data/obj")
+    elif fault == "stall":
+        proxy.stall(60, method="GET", path="/data/obj")
+    else:
+        proxy.error(int(fault), method="GET", path="/data/obj")
+
+    async def test(store: S3Store) -> None:
+        started = time.monotonic()
+        with pytest.raises(StorageError) as info:
+            await store.get("obj")
+        assert time.monotonic() - started < SHORT + SLACK
+        assert info.value.key == "obj" and "attempts" in info.value.reason
+        assert proxy.count("GET", "/data/obj") >= 2
+        proxy.clear()  # the same client recovers: no poisoned pooled connection
+        assert await store.get("obj", ByteRange(7, 3)) == DATA[7:10]
+    run(proxy, test, timeout=SHORT)
+
+
+def test_outer_cancel_is_not_swallowed(proxy: FaultProxy) -> None:
+    proxy.stall(60, method="GET", path="/data/obj")
+
+    async def test(store: S3Store) -> None:
+        started = time.monotonic()
+        with trio.move_on_after(0.5) as scope:
+            await store.get("obj")
+        assert scope.cancelled_caught and time.monotonic() - started < 0.5 + SLACK
+    run(proxy, test)
+
+
+def test_access_denied_is_clear_and_not_retried(proxy: FaultProxy) -> None:
+    proxy.error(403, method="GET", path="/data/obj")
+
+    async def test(store: S3Store) -> None:
+        with pytest.raises(StorageError) as info:
+            await store.get("obj")
+        assert "access denied" in info.value.reason and "credentials" in info.value.reason
+    run(proxy, test)
+    assert proxy.count("GET", "/data/obj") == 1
+
+
+def test_missing_bucket_is_clear_and_not_retried(proxy: FaultProxy) -> None:
+    async def test(store: S3Store) -> None:
+        with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
+            await store.get("x", ByteRange(0, 10))
+        with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
+            await store.list_dir("")
+        with pytest.raises(NotFound):  # a HEAD answer has no body to tell why
+            await store.head("x")
+    run(proxy, test, url="s3://no-such-bucket/p")
+    assert proxy.count() == 3
+
+
+def test_iter_dir_is_lazy(proxy: FaultProxy) -> None:
+    pages = -(-LAZY // 10)
+
+    async def test(store: S3Store) -> None:
+        first = await take(store.iter_dir("lazy/"), 3)
+        assert first == ["lazy/k00", "lazy/k01", "lazy/k02"]
+        assert proxy.count("GET", "list-type=2") == 1
+        names = [name async for name in store.iter_dir("lazy/")]
+        assert names == [f"lazy/k{i:02d}" for i in range(LAZY)]
+        assert proxy.count("GET", "list-type=2") == 1 + pages
+        keys = [name async for name in store.iter_keys("")]
+        assert len(keys) == LAZY + 1
+        assert proxy.count("GET", "list-type=2") == 1 + pages + pages
+    run(proxy, test, page_size=10)
+
+
+def test_anonymous_requests_are_unsigned(proxy: FaultProxy) -> None:
+    async def test(store: S3Store) -> None:
+        assert await store.get("open") == b"public"
+    run(proxy, test, url=f"s3://{PUBLIC}", anon=True)
+    seen = proxy.requests("GET", "/open")
+    assert seen and all("Authorization" not in s.headers for s in seen)
+
+
+def test_profile_from_aws_files(proxy: FaultProxy, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "config").write_text("[profile h5test]\nregion = eu-west-2\n")
+    (tmp_path / "credentials").write_text(
+        "[h5test]\naws_access_key_id = profile-key-id\n"
+        "aws_secret_access_key = profile-secret\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+                 "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+
+    async def test(store: S3Store) -> None:
+        assert await store.get("obj", ByteRange(0, 4)) == DATA[:4]
+    run(proxy, test, profile="h5test")
+    (seen,) = proxy.requests("GET", "/data/obj")
+    assert "Credential=profile-key-id/" in seen.headers["Authorization"]
+    assert "/eu-west-2/s3/" in seen.headers["Authorization"]
+
+    with pytest.raises(SourceError, match="profile"):
+        run(proxy, test, profile="no-such-profile")
+
+
+def test_no_credentials_fails_before_mounting(proxy: FaultProxy,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+
+    async def test(store: S3Store) -> None:
+        raise AssertionError("opened without credentials")
+    with pytest.raises(SourceError, match="--anon"):
+        run(proxy, test)
+    assert proxy.count() == 0
