@@ -1,0 +1,606 @@
+"""The block cache for remote reads (``-o cache_size=SIZE``), shared by every cached store.
+
+Owns the bytes of remote objects cut into blocks of ``block_size`` bytes,
+keyed by (store URL, object key, block index), in a memory LRU under a byte
+budget, with an optional ``DiskCache`` below it; one ``BlockCache`` serves
+any number of stores, as the store URL is part of every key.
+
+Design, mountpoint-s3 style:
+
+- Per object the cache remembers its ``ObjectInfo`` (size, etag) and when
+  that was last validated. Within ``validate_ttl`` seconds cached blocks are
+  served without asking storage. Missing blocks are fetched with
+  ``if_match=etag``; a ``Changed`` answer drops every block of the object and
+  the read starts once more from scratch. After the TTL, a read that would
+  use cached blocks (memory or disk) first sends one ``head``; a different
+  etag drops the object's blocks. A first read of an unknown object sends no
+  ``head``: ``fetch`` returns the info along with the bytes.
+- Every block in memory belongs to the object's current etag. A read checks
+  that all the blocks it joins carry one etag, so it never mixes versions.
+- A whole read of an unknown object (``get(key)``: metadata JSON, HSDS
+  chunks) is one request for the whole object, cut into blocks from that one
+  response. Other reads ask for block-aligned spans, and adjacent missing
+  blocks go in one request.
+- Blocks are 1 MiB. The kernel sends reads of at most 1 MiB, HDF5 metadata
+  and chunk reads through a reference file are scattered and often small, and
+  a miss costs at most one block more than asked, while sequential throughput
+  comes from merging blocks into one request and from readahead, not from
+  big blocks. 1 MiB is also the first readahead window and keeps a disk
+  cache to one file per MiB.
+- A response spanning several blocks is cut into copies, not memoryview
+  slices. Measured on the 2-core test VM: cutting 64 MiB into 1 MiB copies
+  takes 30 ms (about 2 GB/s, a few percent of the time the bytes took to
+  arrive), slices take no time. But a slice pins the whole response for as
+  long as any one block of it is cached, so the budget would no longer count
+  the memory held, and every hit would copy a slice into the ``bytes`` a
+  read returns, where a copied block is returned as is when a read wants all
+  of it. A single-block response is kept as is, without a copy.
+- Readahead: each object has a ``ReadaheadWindow`` (the shared sequential-read
+  rule; one per object because the ``Store`` protocol carries no reader
+  identity, so interleaved readers of one object reset each other's window).
+  A sequential ranged read claims the missing blocks after it and fetches
+  them in the ``nursery`` set by the owner of background work, in requests of
+  at most ``prefetch_request`` bytes, with at most ``prefetch_limit`` under
+  way; no nursery means no readahead. Prefetches never raise: a failed one
+  lets go of its blocks, and a reader waiting on them fetches them itself.
+- Fetched blocks are written behind to the disk cache in the same nursery
+  (inline without one), at most ``WRITE_BEHIND`` bytes queued.
+
+Counters are in ``stats`` (``CacheStats``): ``hits`` and ``misses`` count the
+blocks reads wanted (a block already on its way is a hit); ``disk_hits`` the
+misses the disk served; ``requests`` every fetch sent to storage, of which
+``prefetches`` were readahead; ``bytes_fetched``; ``heads``; and
+``invalidations``, objects dropped because their etag changed.
+
+Concurrency: one fetch per block. All state (objects, LRU, pending fetches,
+windows, counters) lives in the trio thread and changes only in sections
+with no ``await``, which is what makes them atomic; adding an ``await`` to
+one of them breaks this. These sections are: the claim loop in ``_gather``
+(look in memory, then among pending fetches, else insert a ``_Pending``),
+the whole of ``_prefetch`` (find and claim the blocks, start the tasks),
+everything after a fetch returns up to the settling of its pending blocks
+(``_accept``, ``_put``, ``_settle``), applying a ``head`` (``_validate``),
+and ``_forget``/``_invalidate``/eviction. Whoever claims a block must settle
+it, with data, an error, or neither (given up, when cancelled or when a
+prefetch fails): ``_load`` settles every claim in a ``finally``. Waiters
+never fetch a claimed block; they see its data or error, and claim it again
+if it was given up. Heads and whole reads of unknown objects are
+single-flight the same way, keyed by object. The disk cache does its I/O in
+its own worker threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import trio
+
+from mountd.errors import Changed, NotFound, StorageError
+from mountd.io.diskcache import DiskCache
+from mountd.io.readahead import CAP, START, ReadaheadWindow
+from mountd.io.store import ByteRange, Fetched, ObjectInfo, Store
+
+log = logging.getLogger(__name__)
+
+#: Bytes per block; see the module docstring for why.
+BLOCK_SIZE = 1 << 20
+#: Largest prefetch request, so a large window is fetched by several requests at once.
+PREFETCH_REQUEST = 8 << 20
+#: Prefetch requests under way at most (8 x 8 MiB covers the largest window).
+PREFETCH_LIMIT = 8
+#: Objects without blocks in memory whose info is still remembered.
+IDLE_OBJECTS = 10_000
+#: Objects whose readahead window is remembered.
+WINDOWS = 1024
+#: Bytes queued for the disk cache at most; more are not written.
+WRITE_BEHIND = 64 << 20
+
+ObjKey = tuple[str, str]
+BlockKey = tuple[str, str, int]
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """What the cache did; see the module docstring."""
+
+    hits: int = 0
+    misses: int = 0
+    disk_hits: int = 0
+    requests: int = 0
+    prefetches: int = 0
+    bytes_fetched: int = 0
+    heads: int = 0
+    invalidations: int = 0
+
+
+@dataclass(slots=True)
+class _Object:
+    info: ObjectInfo
+    validated: float
+    blocks: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A fetch under way. Settled with ``info`` (and data) or ``error``, or neither if given up."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    data: bytes = b""
+    info: ObjectInfo | None = None
+    error: BaseException | None = None
+
+
+def _runs(indices: Iterable[int], most: int) -> Iterator[list[int]]:
+    """Sorted ``indices`` as runs of consecutive numbers, each at most ``most`` long."""
+    run: list[int] = []
+    for i in sorted(indices):
+        if run and (i != run[-1] + 1 or len(run) == most):
+            yield run
+            run = []
+        run.append(i)
+    if run:
+        yield run
+
+
+class BlockCache:
+    """Blocks of remote objects in memory, at most ``budget`` bytes, over an optional disk cache."""
+
+    def __init__(self, budget: int, *, disk: DiskCache | None = None,
+                 validate_ttl: float = 60.0, block_size: int = BLOCK_SIZE,
+                 prefetch_request: int = PREFETCH_REQUEST, prefetch_limit: int = PREFETCH_LIMIT,
+                 readahead_start: int = START, readahead_cap: int = CAP,
+                 clock: Callable[[], float] = time.monotonic,
+                 nursery: trio.Nursery | None = None) -> None:
+        self.budget = budget
+        self.disk = disk
+        self.validate_ttl = validate_ttl
+        self.block_size = block_size
+        self.prefetch_request = max(prefetch_request, block_size)
+        self.prefetch_limit = prefetch_limit
+        self.readahead_start = readahead_start
+        self.readahead_cap = readahead_cap
+        self.nursery = nursery
+        self.stats = CacheStats()
+        self.used = 0
+        self._clock = clock
+        self._mem: OrderedDict[BlockKey, bytes] = OrderedDict()
+        self._objects: dict[ObjKey, _Object] = {}
+        self._idle: OrderedDict[ObjKey, None] = OrderedDict()
+        self._pending: dict[BlockKey, _Pending] = {}
+        self._heads: dict[ObjKey, _Pending] = {}
+        self._whole: dict[BlockKey, _Pending] = {}
+        self._windows: OrderedDict[ObjKey, ReadaheadWindow] = OrderedDict()
+        self._prefetching = 0
+        self._spilling = 0
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def read(self, store: Store, key: str, byte_range: ByteRange | None = None) -> Fetched:
+        """``byte_range`` of the object (all of it for None) and its info, through the cache."""
+        ahead = self._observe((store.url, key), byte_range)
+        try:
+            return await self._read_once(store, key, byte_range, ahead)
+        except Changed:
+            log.debug("%s%s changed while being read; reading it again", store.url, key)
+            return await self._read_once(store, key, byte_range, ahead)
+
+    async def info(self, store: Store, key: str) -> ObjectInfo:
+        """The object's info: as remembered if validated within the TTL, else from a ``head``."""
+        obj = self._objects.get((store.url, key))
+        if obj is not None and self._is_fresh(obj):
+            return obj.info
+        return await self._validate(store, key)
+
+    async def _read_once(self, store: Store, key: str, byte_range: ByteRange | None,
+                         ahead: int) -> Fetched:
+        start = 0 if byte_range is None else byte_range.start
+        length = None if byte_range is None else byte_range.length
+        obj = await self._fresh(store, key, start, length)
+        bs = self.block_size
+        if obj is None:
+            if length is None:
+                return await self._read_whole(store, key, start)
+            end = start + length
+            first, last = start // bs, max(end - 1, start) // bs
+            snapshot = None
+        else:
+            snapshot = obj.info
+            end = snapshot.size if length is None else min(start + length, snapshot.size)
+            if end <= start:
+                return Fetched(b"", snapshot)
+            if ahead:
+                self._prefetch(store, key, snapshot, end, ahead)
+            first, last = start // bs, (end - 1) // bs
+        try:
+            parts, info = await self._gather(store, key, snapshot, first, last)
+        except Changed:
+            if snapshot is not None:
+                self._invalidate((store.url, key), snapshot.etag)
+            raise
+        return Fetched(self._join(parts, start - first * bs, min(end, info.size) - first * bs),
+                       info)
+
+    def _join(self, parts: list[bytes], lo: int, hi: int) -> bytes:
+        """Bytes ``lo:hi`` of the blocks ``parts`` laid end to end, copying as little as we can."""
+        pieces: list[tuple[bytes, int, int]] = []
+        for j, part in enumerate(parts):
+            base = j * self.block_size
+            a, b = max(lo - base, 0), min(hi - base, len(part))
+            if b > a:
+                pieces.append((part, a, b))
+        if len(pieces) == 1:
+            part, a, b = pieces[0]
+            return part[a:b]  # the block itself when all of it is wanted
+        return b"".join(memoryview(part)[a:b] for part, a, b in pieces)
+
+    async def _gather(self, store: Store, key: str, snapshot: ObjectInfo | None, first: int,
+                      last: int) -> tuple[list[bytes], ObjectInfo]:
+        """Blocks ``first..last`` from memory, fetches under way, disk or storage, of one etag."""
+        url = store.url
+        want = range(first, last + 1)
+        parts: dict[int, bytes] = {}
+        seen = snapshot
+        while len(parts) < len(want):
+            # No await from here ...
+            obj = self._objects.get((url, key))
+            if obj is not None and seen is not None and obj.info.etag != seen.etag:
+                raise Changed(key, "changed while being read")
+            claimed: dict[int, _Pending] = {}
+            waits: dict[int, _Pending] = {}
+            for i in want:
+                if i in parts:
+                    continue
+                bk = (url, key, i)
+                data = self._mem.get(bk)
+                if data is not None and obj is not None:
+                    self._mem.move_to_end(bk)
+                    parts[i] = data
+                    seen = obj.info
+                    self.stats.hits += 1
+                elif bk in self._pending:
+                    waits[i] = self._pending[bk]
+                    self.stats.hits += 1
+                else:
+                    claimed[i] = self._pending[bk] = _Pending()
+                    self.stats.misses += 1
+            # ... to here.
+            if claimed:
+                await self._load(store, key, seen, claimed, prefetch=False)
+            for i, pending in (*claimed.items(), *waits.items()):
+                await pending.done.wait()
+                if pending.error is not None:
+                    raise pending.error
+                if pending.info is None:
+                    continue  # given up by its claimer: claim it on the next pass
+                if seen is not None and pending.info.etag != seen.etag:
+                    raise Changed(key, "changed while being read")
+                seen = pending.info
+                parts[i] = pending.data
+        assert seen is not None
+        return [parts[i] for i in want], seen
+
+    async def _read_whole(self, store: Store, key: str, start: int) -> Fetched:
+        """An unknown object from the block holding ``start`` to its end, in one request."""
+        url, bs = store.url, self.block_size
+        first = start // bs
+        wk = (url, key, first)
+        while (flight := self._whole.get(wk)) is not None:
+            await flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            if flight.info is not None:
+                self.stats.hits += -(-len(flight.data) // bs)
+                return Fetched(flight.data[start - first * bs:], flight.info)
+        flight = self._whole[wk] = _Pending()
+        self.stats.requests += 1
+        try:
+            fetched = await store.fetch(key, ByteRange(first * bs) if first else None)
+            flight.data, flight.info = fetched.data, fetched.info
+        except Exception as exc:
+            flight.error = exc
+            raise
+        finally:  # cancelled: neither data nor error, so a waiter fetches it itself
+            del self._whole[wk]
+            flight.done.set()
+        # No await from here to the spill.
+        data, info = fetched.data, fetched.info
+        nblocks = -(-len(data) // bs)
+        self.stats.bytes_fetched += len(data)
+        self.stats.misses += nblocks
+        if self._accept((url, key), None, info):
+            blocks = [(first + j, data[j * bs:(j + 1) * bs]) for j in range(nblocks)]
+            for i, block in blocks:
+                self._put((url, key), i, block)
+            await self._spill(url, key, info.etag, blocks)
+        return Fetched(data[start - first * bs:], info)
+
+    # -- loading claimed blocks ----------------------------------------------------------
+
+    async def _load(self, store: Store, key: str, info: ObjectInfo | None,
+                    claimed: dict[int, _Pending], prefetch: bool) -> None:
+        """Settle every block in ``claimed``: from disk, else fetched. Raises only Cancelled."""
+        ok = (store.url, key)
+        try:
+            remaining = dict(claimed)
+            obj = self._objects.get(ok)
+            # ``info`` was validated by ``_fresh`` for this read (or the one that prefetches).
+            if (self.disk is not None and info is not None and obj is not None
+                    and obj.info.etag == info.etag):
+                for i, pending in claimed.items():
+                    data = await self.disk.get(store.url, key, info.etag, i)
+                    if data is None:
+                        continue
+                    if not prefetch:
+                        self.stats.disk_hits += 1
+                    obj = self._objects.get(ok)
+                    if obj is not None and obj.info.etag == info.etag:
+                        self._put(ok, i, data)
+                    self._settle((*ok, i), pending, data, info)
+                    del remaining[i]
+            runs = [{i: claimed[i] for i in run}
+                    for run in _runs(remaining, len(remaining) or 1)]
+            if len(runs) == 1:
+                await self._fetch_run(store, key, info, runs[0], prefetch)
+            elif runs:
+                async with trio.open_nursery() as nursery:
+                    for run in runs:
+                        nursery.start_soon(self._fetch_run, store, key, info, run, prefetch)
+        finally:
+            for i, pending in claimed.items():
+                if not pending.done.is_set():
+                    self._settle((*ok, i), pending)
+
+    async def _fetch_run(self, store: Store, key: str, info: ObjectInfo | None,
+                         run: dict[int, _Pending], prefetch: bool) -> None:
+        """Fetch the consecutive claimed blocks ``run`` in one request and settle them. Never
+        raises but Cancelled: a failure settles them with the error (a prefetch gives them up)."""
+        url, bs = store.url, self.block_size
+        ok = (url, key)
+        start = min(run) * bs
+        etag = None if info is None else info.etag
+        self.stats.requests += 1
+        if prefetch:
+            self.stats.prefetches += 1
+        try:
+            fetched = await store.fetch(key, ByteRange(start, len(run) * bs), if_match=etag)
+            expected = min(len(run) * bs, max(fetched.info.size - start, 0))
+            if len(fetched.data) != expected:
+                raise StorageError(key, f"short read: {len(fetched.data)} of {expected} bytes "
+                                        f"at {start}")
+        except Exception as exc:
+            if isinstance(exc, Changed) and etag is not None:
+                self._invalidate(ok, etag)
+            elif isinstance(exc, NotFound):
+                self._forget(ok)
+            if prefetch:
+                log.debug("prefetch of %s%s at %d failed: %s", url, key, start, exc)
+            for i, pending in run.items():
+                self._settle((url, key, i), pending, error=None if prefetch else exc)
+            return
+        data, got = fetched.data, fetched.info
+        self.stats.bytes_fetched += len(data)
+        keep = self._accept(ok, etag, got)
+        blocks = [(i, data[j * bs:(j + 1) * bs]) for j, i in enumerate(sorted(run))]
+        for i, block in blocks:
+            if keep and block:
+                self._put(ok, i, block)
+            self._settle((url, key, i), run[i], block, got)
+        if keep:
+            await self._spill(url, key, got.etag, [(i, b) for i, b in blocks if b])
+
+    def _settle(self, bk: BlockKey, pending: _Pending, data: bytes = b"",
+                info: ObjectInfo | None = None, error: BaseException | None = None) -> None:
+        pending.data, pending.info, pending.error = data, info, error
+        if self._pending.get(bk) is pending:
+            del self._pending[bk]
+        pending.done.set()
+
+    # -- validation ----------------------------------------------------------------------
+
+    def _is_fresh(self, obj: _Object) -> bool:
+        return self._clock() - obj.validated < self.validate_ttl
+
+    async def _fresh(self, store: Store, key: str, start: int,
+                     length: int | None) -> _Object | None:
+        """The object as known; first a ``head`` if it is stale and the read would use cached
+        blocks."""
+        ok = (store.url, key)
+        obj = self._objects.get(ok)
+        if obj is not None and self._is_fresh(obj):
+            return obj
+        bs = self.block_size
+        first = start // bs
+        if obj is not None:
+            end = obj.info.size if length is None else min(start + length, obj.info.size)
+            blocks = range(first, (end - 1) // bs + 1) if end > start else range(0)
+        elif length is None:
+            blocks = range(first, first + 1)
+        else:
+            blocks = range(first, (start + max(length, 1) - 1) // bs + 1)
+        if obj is not None and (not blocks or any(i in blocks for i in obj.blocks)):
+            # cached blocks would be served, or nothing read at all (by the old size)
+            await self._validate(store, key)
+        elif self.disk is not None:
+            await self.disk.load()
+            if self.disk.has_any(store.url, key, blocks):
+                await self._validate(store, key)
+        return self._objects.get(ok)
+
+    async def _validate(self, store: Store, key: str) -> ObjectInfo:
+        """One ``head`` for the object, shared by everyone asking meanwhile; drops it if changed."""
+        ok = (store.url, key)
+        while (flight := self._heads.get(ok)) is not None:
+            await flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            if flight.info is not None:
+                return flight.info
+        flight = self._heads[ok] = _Pending()
+        self.stats.heads += 1
+        try:
+            info = flight.info = await store.head(key)
+        except Exception as exc:
+            flight.error = exc
+            if isinstance(exc, NotFound):
+                self._forget(ok)
+            raise
+        finally:  # cancelled: neither info nor error, so a waiter asks itself
+            del self._heads[ok]
+            flight.done.set()
+        # No await from here on; waiters run only after this returns.
+        obj = self._objects.get(ok)
+        if obj is not None and obj.info.etag != info.etag:
+            self._invalidate(ok, obj.info.etag)
+            obj = None
+        if obj is None:
+            self._remember(ok, info)
+        else:
+            obj.info, obj.validated = info, self._clock()
+        return info
+
+    def _accept(self, ok: ObjKey, etag: str | None, info: ObjectInfo) -> bool:
+        """Record what a fetch made with ``if_match=etag`` said; whether to keep its blocks."""
+        obj = self._objects.get(ok)
+        if etag is not None:
+            if obj is None or obj.info.etag != etag:
+                return False  # the object moved on while this was fetched
+            obj.validated = self._clock()
+            return True
+        if obj is not None and obj.info.etag != info.etag:
+            self._invalidate(ok, obj.info.etag)
+            obj = None
+        if obj is None:
+            self._remember(ok, info)
+        else:
+            obj.validated = self._clock()
+        return True
+
+    def _remember(self, ok: ObjKey, info: ObjectInfo) -> None:
+        self._objects[ok] = _Object(info, self._clock())
+        self._make_idle(ok)
+
+    def _invalidate(self, ok: ObjKey, etag: str) -> None:
+        """Drop the object if it is still known with ``etag``."""
+        obj = self._objects.get(ok)
+        if obj is not None and obj.info.etag == etag:
+            log.debug("%s%s changed (was etag %s); dropping its blocks", *ok, etag)
+            self.stats.invalidations += 1
+            self._forget(ok)
+
+    def _forget(self, ok: ObjKey) -> None:
+        obj = self._objects.pop(ok, None)
+        if obj is None:
+            return
+        self._idle.pop(ok, None)
+        for i in obj.blocks:
+            self.used -= len(self._mem.pop((*ok, i)))
+
+    # -- memory --------------------------------------------------------------------------
+
+    def _put(self, ok: ObjKey, index: int, data: bytes) -> None:
+        """Keep one block of a known object, evicting the least recently used ones."""
+        if len(data) > self.budget:
+            return
+        bk = (*ok, index)
+        old = self._mem.pop(bk, None)
+        if old is not None:
+            self.used -= len(old)
+        self._mem[bk] = data
+        self.used += len(data)
+        obj = self._objects[ok]
+        if not obj.blocks:
+            self._idle.pop(ok, None)
+        obj.blocks.add(index)
+        while self.used > self.budget:
+            (url, key, i), old = self._mem.popitem(last=False)
+            self.used -= len(old)
+            owner = self._objects[url, key]
+            owner.blocks.discard(i)
+            if not owner.blocks:
+                self._make_idle((url, key))
+
+    def _make_idle(self, ok: ObjKey) -> None:
+        self._idle[ok] = None
+        while len(self._idle) > IDLE_OBJECTS:
+            gone, _ = self._idle.popitem(last=False)
+            del self._objects[gone]
+
+    # -- readahead -----------------------------------------------------------------------
+
+    def _observe(self, ok: ObjKey, byte_range: ByteRange | None) -> int:
+        """Bytes to read ahead of this read (0 for whole reads and for a first or jumping read)."""
+        if byte_range is None or byte_range.length is None:
+            return 0
+        window = self._windows.pop(ok, None) or ReadaheadWindow(self.readahead_start,
+                                                                 self.readahead_cap)
+        self._windows[ok] = window
+        if len(self._windows) > WINDOWS:
+            self._windows.popitem(last=False)
+        return window.observe(byte_range.start, byte_range.length)
+
+    def _prefetch(self, store: Store, key: str, info: ObjectInfo, start: int, ahead: int) -> None:
+        """Claim the missing blocks of ``start .. start+ahead`` and fetch them in the nursery."""
+        if self.nursery is None:
+            return
+        end = min(start + ahead, info.size)
+        if end <= start:
+            return
+        url, bs = store.url, self.block_size
+        # From the first block wholly after the read: the one holding ``start`` is the read's.
+        missing = [i for i in range(-(-start // bs), (end - 1) // bs + 1)
+                   if (url, key, i) not in self._mem and (url, key, i) not in self._pending]
+        for run in _runs(missing, self.prefetch_request // bs):
+            if self._prefetching >= self.prefetch_limit:
+                return
+            claimed = {i: _Pending() for i in run}
+            for i, pending in claimed.items():
+                self._pending[url, key, i] = pending
+            self._prefetching += 1
+            try:
+                self.nursery.start_soon(self._prefetch_run, store, key, info, claimed)
+            except RuntimeError:  # the nursery is closing: the daemon is stopping
+                self._prefetching -= 1
+                for i, pending in claimed.items():
+                    self._settle((url, key, i), pending)
+                return
+
+    async def _prefetch_run(self, store: Store, key: str, info: ObjectInfo,
+                            claimed: dict[int, _Pending]) -> None:
+        try:
+            await self._load(store, key, info, claimed, prefetch=True)
+        finally:
+            self._prefetching -= 1
+
+    # -- disk ----------------------------------------------------------------------------
+
+    async def _spill(self, url: str, key: str, etag: str, blocks: list[tuple[int, bytes]]) -> None:
+        """Write fetched blocks to the disk cache: behind, in the nursery (as many as the queue
+        takes), or inline without one."""
+        if self.disk is None or not blocks:
+            return
+        if self.nursery is None:
+            await self._write(url, key, etag, blocks, 0)
+            return
+        size, taken = 0, 0
+        while taken < len(blocks) and self._spilling + size + len(blocks[taken][1]) <= WRITE_BEHIND:
+            size += len(blocks[taken][1])
+            taken += 1
+        if taken < len(blocks):
+            log.debug("disk cache busy: not keeping %d blocks of %s%s", len(blocks) - taken,
+                      url, key)
+        if taken:
+            self._spilling += size
+            self.nursery.start_soon(self._write, url, key, etag, blocks[:taken], size)
+
+    async def _write(self, url: str, key: str, etag: str, blocks: list[tuple[int, bytes]],
+                     queued: int) -> None:
+        assert self.disk is not None
+        try:
+            for i, block in blocks:
+                await self.disk.put(url, key, etag, i, block)
+        finally:
+            self._spilling -= queued
