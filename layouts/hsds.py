@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from layouts import hsds_ids
@@ -111,8 +111,10 @@ class HsdsCatalog:
     domain; it is kept without slashes at either end.
     """
 
-    def __init__(self, store: Store, single_domain: str | None = None) -> None:
+    def __init__(self, store: Store, single_domain: str | None = None,
+                 open_uri: Callable[[str], tuple[Store, str]] | None = None) -> None:
         self._store = store
+        self._open_uri = open_uri
         self._single = _clean_path(single_domain) if single_domain is not None else None
 
     probe = staticmethod(probe)

@@ -29,14 +29,13 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
-from layouts.model import Catalog
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
 from mountd.metacache import CachedCatalog
 from mountd.npy import NpyView
-from mountd.sources import open_source
+from mountd.sources import Source, open_source
 from mountd.tree import Tree
 
 log = logging.getLogger(__name__)
@@ -113,13 +112,6 @@ def sd_notify(message: str) -> None:
         sock.sendto(message.encode(), address)
 
 
-async def _prepare(config: MountConfig) -> Catalog:
-    try:
-        return await open_source(config.source, config.domain)
-    except SourceError as exc:
-        raise StartError(str(exc)) from exc
-
-
 def _own_bdi(mountpoint: str) -> str | None:
     """The sysfs bdi directory of *our* FUSE mount at ``mountpoint``, or None.
 
@@ -186,10 +178,17 @@ async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> No
     process that serves the mount: trio's worker threads do not survive a
     fork, so nothing trio-related may run before the daemon forks.
     """
-    catalog = await _prepare(config)
+    try:
+        async with open_source(config) as source:
+            await _serve(config, source, ready)
+    except SourceError as exc:
+        raise StartError(str(exc)) from exc
+
+
+async def _serve(config: MountConfig, source: Source, ready: Callable[[], None]) -> None:
     keep_freed_memory()
     cache = ChunkCache(config.chunk_cache)
-    tree = Tree(CachedCatalog(catalog, ttl=config.metadata_ttl), views=[NpyView()],
+    tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl), views=[NpyView()],
                 ref_index_ttl=config.metadata_ttl, chunk_cache=cache)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl)
     try:
@@ -201,6 +200,8 @@ async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> No
     try:
         async with trio.open_nursery() as background:
             cache.nursery = background
+            if source.block_cache is not None:
+                source.block_cache.nursery = background
             unmount = await _loop(ops, config, ready)
             background.cancel_scope.cancel()
     finally:
@@ -208,6 +209,8 @@ async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> No
         pyfuse3.close(unmount=unmount)
         log.info("unmounted %s (chunk cache: %d hits, %d misses)", config.mountpoint,
                  cache.hits, cache.misses)
+        if source.block_cache is not None:
+            log.info("block cache: %s", source.block_cache.stats)
 
 
 def run(config: MountConfig) -> int:

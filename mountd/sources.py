@@ -1,21 +1,51 @@
 """Which kind of source a SOURCE argument is, and the catalog that reads it.
 
-Owns source detection (by content, not only by name) and the construction of
-the store and layout for it. Called once before mounting, so an unknown or
-unreadable source is refused with one clear message (``SourceError``).
+Owns source detection (by content, not only by name), the construction of the
+stores and layout for it, and their lifetime: ``open_source`` is an async
+context manager because an S3 client must stay open while the mount is
+served. It runs once before mounting, so an unknown or unreadable source is
+refused with one clear message (``SourceError``).
+
+Remote objects are read through one ``BlockCache`` shared by every store of
+the mount: the bucket itself and the HDF5 files that linked datasets point
+into (``file_uri``). The daemon gives the cache its background nursery.
+
+Concurrency: the ``file_uri`` resolver only builds and memoises store
+objects (no ``await``), so tasks may call it freely.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 from layouts.hsds import HsdsCatalog, probe
 from layouts.model import Catalog
-from mountd.errors import MountError, NotFound, SourceError
+from mountd.config import MountConfig
+from mountd.errors import MountError, NotFound, SourceError, StorageError
+from mountd.io.blockcache import BlockCache
+from mountd.io.cached import CachedStore
+from mountd.io.diskcache import DiskCache
 from mountd.io.local import LocalStore
+from mountd.io.s3 import S3Connection, S3Options, open_s3, parse_s3_url
+from mountd.io.store import Store
 
 log = logging.getLogger(__name__)
+
+#: Resolves a linked dataset's ``file_uri`` to the store and key to read.
+UriOpener = Callable[[str], tuple[Store, str]]
+
+
+@dataclass
+class Source:
+    """An opened source: its catalog, and the block cache of its remote reads (if any)."""
+
+    catalog: Catalog
+    block_cache: BlockCache | None = None
 
 
 def _domain_path(domain: str) -> str:
@@ -25,8 +55,14 @@ def _domain_path(domain: str) -> str:
     return path
 
 
-async def open_source(source: str, domain: str | None = None) -> Catalog:
-    """The catalog for ``source``; raises SourceError if it cannot be mounted."""
+@asynccontextmanager
+async def open_source(config: MountConfig) -> AsyncIterator[Source]:
+    """The opened source of ``config``; raises SourceError if it cannot be mounted."""
+    source = config.source
+    if source.startswith("s3://"):
+        async with _open_s3(config) as opened:
+            yield opened
+        return
     if "://" in source:
         scheme = source.split("://", 1)[0]
         raise SourceError(f"{source}: {scheme}:// sources are not supported yet")
@@ -35,16 +71,52 @@ async def open_source(source: str, domain: str | None = None) -> Catalog:
     if not os.path.isdir(source):
         raise SourceError(f"{source}: not an HSDS bucket directory")
     store = LocalStore(source)
+    catalog = await _bucket_catalog(source, store, config.domain, _posix_opener(source))
+    yield Source(catalog)
+
+
+@asynccontextmanager
+async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
+    bucket, prefix = parse_s3_url(config.source)
+    options = S3Options(endpoint_url=config.endpoint_url, region=config.region,
+                        profile=config.profile, anon=config.anon, timeout=config.timeout)
+    cache = BlockCache(config.cache_size, validate_ttl=config.metadata_ttl,
+                       disk=_disk_cache(config))
+    if cache.disk is not None:
+        await cache.disk.load()
+    async with open_s3(options) as connection:
+        store = CachedStore(connection.store(bucket, prefix), cache)
+        catalog = await _bucket_catalog(config.source, store, config.domain,
+                                        _s3_opener(connection, cache))
+        log.info("reading %s through a %d MiB block cache", store.url, config.cache_size >> 20)
+        yield Source(catalog, cache)
+
+
+def _disk_cache(config: MountConfig) -> DiskCache | None:
+    if config.cache_dir is None:
+        return None
+    try:
+        os.makedirs(config.cache_dir, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cache_dir {config.cache_dir}: {exc.strerror}") from exc
+    if not os.access(config.cache_dir, os.W_OK | os.X_OK):
+        raise SourceError(f"cache_dir {config.cache_dir}: not writable")
+    return DiskCache(config.cache_dir, config.disk_cache_size)
+
+
+async def _bucket_catalog(source: str, store: Store, domain: str | None,
+                          opener: UriOpener) -> HsdsCatalog:
     try:
         is_bucket = await probe(store)
     except MountError as exc:
         raise SourceError(f"{source}: cannot read: {exc}") from exc
     if not is_bucket:
         raise SourceError(f"{source}: not an HSDS bucket (no db/ and no domain folders)")
-    catalog = HsdsCatalog(store, single_domain=None if domain is None else _domain_path(domain))
-    if domain is not None:
+    single = None if domain is None else _domain_path(domain)
+    catalog = HsdsCatalog(store, single_domain=single, open_uri=opener)
+    if single is not None:
         try:
-            found = await catalog.domain(_domain_path(domain))
+            found = await catalog.domain(single)
         except NotFound:
             raise SourceError(f"{source}: no such domain {domain}") from None
         except MountError as exc:
@@ -52,3 +124,35 @@ async def open_source(source: str, domain: str | None = None) -> Catalog:
         if found is None or found.root_id is None:
             raise SourceError(f"{source}: {domain} is a folder, not a domain with a root group")
     return catalog
+
+
+def _posix_opener(bucket_dir: str) -> UriOpener:
+    """``file_uri`` of a POSIX bucket: ``BUCKET/path/file.h5`` below HSDS's ROOT_DIR,
+    the parent of the mounted bucket directory. Nothing outside ROOT_DIR is read."""
+    root = LocalStore(Path(bucket_dir).resolve().parent)
+
+    def open_uri(uri: str) -> tuple[Store, str]:
+        if "://" in uri:
+            raise StorageError(uri, f"a local bucket can only link to files below {root.root}")
+        return root, uri.lstrip("/")
+
+    return open_uri
+
+
+def _s3_opener(connection: S3Connection, cache: BlockCache) -> UriOpener:
+    """``file_uri`` of an S3 bucket: ``s3://bucket/key`` (or ``bucket/key``) on the same
+    endpoint and credentials, read through the mount's block cache."""
+    stores: dict[str, CachedStore] = {}
+
+    def open_uri(uri: str) -> tuple[Store, str]:
+        if "://" in uri and not uri.startswith("s3://"):
+            raise StorageError(uri, "an S3 bucket can only link to s3:// objects")
+        bucket, _, key = uri.removeprefix("s3://").lstrip("/").partition("/")
+        if not bucket or not key:
+            raise StorageError(uri, "not an s3://BUCKET/KEY location")
+        store = stores.get(bucket)
+        if store is None:
+            store = stores[bucket] = CachedStore(connection.store(bucket), cache)
+        return store, key
+
+    return open_uri

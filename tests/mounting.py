@@ -36,9 +36,12 @@ def is_mounted(path: Path) -> bool:
         return any(line.split()[1] == target for line in f)
 
 
-def run_h5mount(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_h5mount(*args: str, timeout: float = 60,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run h5mount; ``env`` adds variables (AWS credentials) to this process's environment."""
     return subprocess.run(
-        [*H5MOUNT, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
+        [*H5MOUNT, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        check=False, env={**os.environ, **env} if env else None,
     )
 
 
@@ -72,9 +75,10 @@ def wait_gone(mountpoint: Path, timeout: float = 15) -> bool:
 
 
 @contextlib.contextmanager
-def mounted(source: str | Path, mountpoint: Path, *args: str) -> Iterator[Path]:
+def mounted(source: str | Path, mountpoint: Path, *args: str,
+            env: dict[str, str] | None = None) -> Iterator[Path]:
     mountpoint.mkdir(parents=True, exist_ok=True)
-    proc = run_h5mount(str(source), str(mountpoint), *args)
+    proc = run_h5mount(str(source), str(mountpoint), *args, env=env)
     try:
         if proc.returncode != 0:
             raise AssertionError(f"h5mount failed ({proc.returncode}): {proc.stderr}")

@@ -1,0 +1,221 @@
+"""Mounting HSDS buckets on a real S3 endpoint (moto on loopback), through the real daemon.
+
+The S3 buckets are key-for-key copies of the session's POSIX bucket, so the
+S3 mount must show exactly the local mount: every name, type, size, mode,
+time, symlink, xattr and byte. Faults are injected by a real HTTP proxy in
+front of moto (``tests/faultproxy.py``): retried faults must not change a
+byte, permanent ones give EIO within ``-o timeout``, and a slow server still
+gains from readahead. A bucket HSDS wrote onto S3 itself is compared with
+h5py.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from layouts.hsds_ids import parse_id
+from tests.faultproxy import FaultProxy
+from tests.h5compare import mount_file, walk_links
+from tests.mounting import fuse_available, mounted
+
+pytestmark = [pytest.mark.mount, pytest.mark.hsds,
+              pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
+
+#: A dataset with a 3x2 grid of gzip chunks, all stored.
+GZIP = "home/admin/filters.h5/gzip"
+#: A dataset with a 3x3x3 grid of chunks, all stored.
+GRID = "home/admin/layout.h5/edge_3d"
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Everything a user can see below ``root``, by relative path (no symlinks followed)."""
+    seen: dict[str, tuple] = {}
+    pending = [root]
+    while pending:
+        here = pending.pop()
+        for entry in sorted(os.scandir(here), key=lambda e: e.name):
+            path = Path(entry.path)
+            st = os.lstat(path)
+            rel = str(path.relative_to(root))
+            common = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size,
+                      st.st_mtime, st.st_ctime, st.st_uid, st.st_gid)
+            if stat.S_ISLNK(st.st_mode):
+                seen[rel] = (*common, os.readlink(path))
+                continue
+            xattrs = {name: os.getxattr(path, name) for name in sorted(os.listxattr(path))}
+            if stat.S_ISDIR(st.st_mode):
+                seen[rel] = (*common, xattrs)
+                pending.append(path)
+            else:
+                seen[rel] = (*common, xattrs, read_file(path))
+    return seen
+
+
+def read_file(path: Path) -> bytes | str:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        return f"errno {exc.errno}"
+
+
+@pytest.fixture(scope="module")
+def local_tree(mnt: Path) -> dict[str, tuple]:
+    return snapshot(mnt)
+
+
+@pytest.fixture(scope="module")
+def s3_mnt(s3_bucket, tmp_path_factory) -> Iterator[Path]:
+    mp = tmp_path_factory.mktemp("s3mnt")
+    with mounted(s3_bucket.url, mp, *s3_bucket.mount_args(), env=s3_bucket.env):
+        yield mp
+
+
+def test_s3_mount_equals_local_mount(s3_mnt: Path, local_tree: dict[str, tuple]) -> None:
+    remote = snapshot(s3_mnt)
+    assert len(local_tree) > 500
+    assert sorted(remote) == sorted(local_tree)
+    different = [rel for rel in local_tree if remote[rel] != local_tree[rel]]
+    assert different == [], [(rel, local_tree[rel][:7], remote[rel][:7]) for rel in different[:6]]
+
+
+def test_prefixed_bucket_with_domain(s3_prefixed_bucket, hsds_bucket, tmp_path) -> None:
+    domain = "home/admin/types.h5"
+    with mounted(hsds_bucket.bucket_dir, tmp_path / "local", "--domain", domain) as local, \
+            mounted(s3_prefixed_bucket.url, tmp_path / "s3", "--domain", domain,
+                    *s3_prefixed_bucket.mount_args(), env=s3_prefixed_bucket.env) as remote:
+        expected = snapshot(local)
+        assert ".root.json" in expected
+        assert snapshot(remote) == expected
+
+
+def test_bucket_written_by_hsds_on_s3(hsds_s3_direct, tmp_path) -> None:
+    with mounted(hsds_s3_direct.url, tmp_path / "mnt", *hsds_s3_direct.mount_args(),
+                 env=hsds_s3_direct.env) as mp:
+        checked = 0
+        for domain, h5file in hsds_s3_direct.domains():
+            with h5py.File(h5file, "r") as f:
+                for info in walk_links(f):
+                    obj = f.get(info.path)
+                    if not isinstance(obj, h5py.Dataset) or obj.dtype.hasobject \
+                            or obj.shape is None:
+                        continue
+                    npy = mp / domain / mount_file(info.path, ".npy")
+                    got = np.load(npy)
+                    np.testing.assert_array_equal(got, obj[()])
+                    assert got.dtype == obj.dtype
+                    checked += 1
+        assert checked >= 10
+
+
+def test_unreadable_sources_are_refused(s3_bucket, tmp_path) -> None:
+    from tests.mounting import run_h5mount  # noqa: PLC0415
+
+    (tmp_path / "mp").mkdir()
+    cases = {
+        "s3://no-such-bucket-here": "does not exist",
+        f"s3://{s3_bucket.bucket}/home/admin/types.h5/nothing": "not an HSDS bucket",
+    }
+    for url, message in cases.items():
+        proc = run_h5mount(url, str(tmp_path / "mp"), *s3_bucket.mount_args(),
+                           "-o", "timeout=5", env=s3_bucket.env)
+        assert proc.returncode == 1, proc.stderr
+        assert message in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------- faults
+
+
+def chunk_path(mp: Path, dataset: str) -> str:
+    """The S3 key prefix of ``dataset``'s chunk objects, for matching in the proxy."""
+    ds_id = parse_id(os.getxattr(mp / dataset, "user.h5.id").decode())
+    return f"/d/{ds_id.uuid2}/"
+
+
+@pytest.fixture
+def proxy(moto) -> Iterator[FaultProxy]:
+    with FaultProxy(moto.endpoint) as p:
+        yield p
+
+
+def proxied(s3_bucket, proxy: FaultProxy, mp: Path, *options: str):
+    return mounted(s3_bucket.url, mp, "--endpoint-url", proxy.endpoint, *options,
+                   env=s3_bucket.env)
+
+
+def test_transient_faults_are_retried(s3_bucket, mnt, proxy, tmp_path) -> None:
+    expected = (mnt / f"{GZIP}.npy").read_bytes()
+    with proxied(s3_bucket, proxy, tmp_path / "mp", "-o", "timeout=20") as mp:
+        where = chunk_path(mp, GZIP)
+        proxy.error(503, method="GET", path=where, times=2)
+        proxy.reset(method="GET", path=where, times=2)
+        proxy.truncate(method="GET", path=where, times=1)
+        proxy.error(500, method="GET", path=where, times=1)
+        assert (mp / f"{GZIP}.npy").read_bytes() == expected
+        faults = [seen for seen in proxy.requests("GET", where) if seen.fault]
+        assert len(faults) == 6
+
+
+def test_permanent_failure_gives_eio_within_timeout(s3_bucket, mnt, proxy, tmp_path) -> None:
+    with proxied(s3_bucket, proxy, tmp_path / "mp", "-o", "timeout=3") as mp:
+        proxy.error(503, method="GET", path=chunk_path(mp, GZIP))
+        started = time.monotonic()
+        with pytest.raises(OSError) as err:
+            (mp / GZIP / "0.0").read_bytes()
+        elapsed = time.monotonic() - started
+        assert err.value.errno == errno.EIO
+        assert elapsed < 3 + 2
+        assert proxy.count("GET", chunk_path(mp, GZIP)) >= 2
+        # The rest of the mount still reads, and the daemon is alive.
+        sibling = "home/admin/filters.h5/gzip_shuffle.npy"
+        assert (mp / sibling).read_bytes() == (mnt / sibling).read_bytes()
+
+
+def test_stalled_server_gives_eio_not_a_hang(s3_bucket, proxy, tmp_path) -> None:
+    with proxied(s3_bucket, proxy, tmp_path / "mp", "-o", "timeout=3") as mp:
+        proxy.stall(30, method="GET", path=chunk_path(mp, GZIP))
+        started = time.monotonic()
+        with pytest.raises(OSError) as err:
+            (mp / GZIP / "1.1").read_bytes()
+        assert err.value.errno == errno.EIO
+        assert time.monotonic() - started < 3 + 2
+
+
+def test_readahead_overlaps_a_slow_server(s3_bucket, mnt, proxy, tmp_path) -> None:
+    delay = 0.4
+    with proxied(s3_bucket, proxy, tmp_path / "mp") as mp:
+        chunks = sorted((n for n in os.listdir(mp / GRID) if n[0].isdigit()),
+                        key=lambda n: tuple(map(int, n.split("."))))
+        assert len(chunks) == 27
+        proxy.latency(delay, method="GET", path=chunk_path(mp, GRID))
+        started = time.monotonic()
+        for name in chunks:
+            assert (mp / GRID / name).read_bytes() == (mnt / GRID / name).read_bytes()
+        elapsed = time.monotonic() - started
+        # One request after another would take len(chunks) * delay.
+        assert elapsed < 0.5 * len(chunks) * delay, elapsed
+
+
+def test_disk_cache_survives_a_remount(s3_bucket, mnt, proxy, tmp_path) -> None:
+    cache = tmp_path / "cache"
+    options = ("-o", f"cache_dir={cache}")
+    expected = (mnt / f"{GRID}.npy").read_bytes()
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        where = chunk_path(mp, GRID)
+        assert (mp / f"{GRID}.npy").read_bytes() == expected
+    assert proxy.count("GET", where) >= 1
+    assert sum(1 for p in cache.rglob("*") if p.is_file()) >= 27
+    proxy.clear()
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        assert (mp / f"{GRID}.npy").read_bytes() == expected
+    assert proxy.count("GET", where) == 0
+    assert proxy.count("HEAD", where) == 27
