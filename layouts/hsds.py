@@ -4,13 +4,15 @@ Owns reading HSDS metadata JSON from a ``Store`` and building the object model
 from it: folders and domains (``.domain.json``), groups and links, datasets
 (shape, layout, filters, fill value, chunk store) and committed datatypes.
 Types and values are decoded by ``layouts.hsds_types``; chunks by
-``layouts.hsds_chunks``; ids and keys by ``layouts.hsds_ids``.
+``layouts.hsds_chunks``, or ``layouts.hsds_linked`` for datasets whose data
+stays in an HDF5 file (``hsload --link``); ids and keys by ``layouts.hsds_ids``.
 
 Every failure leaves as ``NotFound`` (nothing there), ``Corrupt`` (stored bytes
 that are not valid HSDS, naming the key) or ``StorageError`` from the store.
 
 Concurrency: ``HsdsCatalog`` keeps no mutable state, so any number of trio
-tasks may call it at once. Metadata JSON is small and parsed inline.
+tasks may call it at once. Metadata JSON is small and parsed inline. The
+``open_uri`` resolver it is given is called from trio tasks and must not block.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from layouts import hsds_ids
 from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
+from layouts.hsds_linked import OpenUri, linked_chunks, linked_store
 from layouts.hsds_types import (
     MAX_TYPE_DEPTH,
     FormatError,
@@ -35,6 +38,7 @@ from layouts.hsds_types import (
 from layouts.model import (
     AnyObject,
     Attribute,
+    ChunkStore,
     Dataset,
     Datatype,
     Domain,
@@ -108,11 +112,13 @@ class HsdsCatalog:
     """A ``Catalog`` over an HSDS bucket stored in ``store``.
 
     ``single_domain`` (``/home/u/f.h5`` or ``home/u/f.h5``) mounts just that
-    domain; it is kept without slashes at either end.
+    domain; it is kept without slashes at either end. ``open_uri`` opens the
+    HDF5 files that linked datasets name (``layouts.hsds_linked.OpenUri``);
+    without it their chunks cannot be read, while their metadata still can.
     """
 
     def __init__(self, store: Store, single_domain: str | None = None,
-                 open_uri: Callable[[str], tuple[Store, str]] | None = None) -> None:
+                 open_uri: OpenUri | None = None) -> None:
         self._store = store
         self._open_uri = open_uri
         self._single = _clean_path(single_domain) if single_domain is not None else None
@@ -175,6 +181,9 @@ class HsdsCatalog:
     # ------------------------------------------------------------------ objects
 
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
+        return await self._object(obj_id)
+
+    async def _object(self, obj_id: str) -> AnyObject:
         try:
             hid = hsds_ids.parse_id(hsds_ids.normalize_id(obj_id))
         except hsds_ids.BadId as exc:
@@ -285,23 +294,42 @@ class HsdsCatalog:
         if not isinstance(cprops, Mapping):
             raise FormatError("creationProperties must be an object")
         layout = _layout(doc, cprops)
-        if layout.get("class") in LINKED_LAYOUTS:
-            raise Corrupt(key, "linked datasets are not supported yet")
         chunks = _chunk_shape(shape, layout)
-        _check_chunk_size(chunks, etype)
         filters = cprops.get("filters") or []
-        plan: FilterPlan = filter_plan(filters)
-        partitions = layout.get("partition_count", 0)
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
-            raise FormatError(f"bad partition_count {partitions!r}")
-        spec = ChunkSpec(htype=htype, etype=etype, chunks=chunks, plan=plan)
-        store = HsdsChunkStore(self._store, hid, shape, spec, partitions)
         fill = fill_value(htype, cprops.get("fillValue"), cprops.get("fillValue_encoding"))
+        store: ChunkStore
+        cls = layout.get("class")
+        if cls in LINKED_LAYOUTS:
+            if not shape:
+                raise FormatError(f"{cls} layout on a dataset without dimensions")
+            chunks = linked_chunks(cls, shape, etype, chunks)
+            store = linked_store(key, shape, etype, chunks, layout, filters=filters, fill=fill,
+                                 open_uri=self._open_uri, load_table=self._chunk_table)
+        else:
+            plan: FilterPlan = filter_plan(filters)
+            partitions = layout.get("partition_count", 0)
+            if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
+                raise FormatError(f"bad partition_count {partitions!r}")
+            spec = ChunkSpec(htype=htype, etype=etype, chunks=chunks, plan=plan)
+            store = HsdsChunkStore(self._store, hid, shape, spec, partitions)
+        _check_chunk_size(chunks, etype)
         return Dataset(
             id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),
             modified=_time(doc.get("lastModified")), shape=shape, maxshape=maxshape,
             type=etype, chunks=chunks, fill_value=fill,
             hdf5={"type": tj, "filters": filters, "layout": dict(layout)}, store=store)
+
+    async def _chunk_table(self, table_id: str) -> Dataset:
+        """The chunk table of an ``H5D_CHUNKED_REF_INDIRECT`` dataset."""
+        try:
+            table = await self._object(table_id)
+        except NotFound as exc:
+            raise Corrupt(f"id:{table_id}", "chunk table is missing") from exc
+        if not isinstance(table, Dataset):
+            raise Corrupt(f"id:{table_id}", "chunk table is not a dataset")
+        if table.hdf5.get("layout", {}).get("class") == "H5D_CHUNKED_REF_INDIRECT":
+            raise Corrupt(f"id:{table_id}", "a chunk table cannot itself have a chunk table")
+        return table
 
 
 # ---------------------------------------------------------------------- dataset helpers

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from layouts.hsds import HsdsCatalog, probe
+from layouts.hsds_linked import OpenUri
 from layouts.model import Catalog
 from mountd.config import MountConfig
 from mountd.errors import MountError, NotFound, SourceError, StorageError
@@ -35,9 +36,6 @@ from mountd.io.s3 import S3Connection, S3Options, open_s3, parse_s3_url
 from mountd.io.store import Store
 
 log = logging.getLogger(__name__)
-
-#: Resolves a linked dataset's ``file_uri`` to the store and key to read.
-UriOpener = Callable[[str], tuple[Store, str]]
 
 
 @dataclass
@@ -105,7 +103,7 @@ def _disk_cache(config: MountConfig) -> DiskCache | None:
 
 
 async def _bucket_catalog(source: str, store: Store, domain: str | None,
-                          opener: UriOpener) -> HsdsCatalog:
+                          opener: OpenUri) -> HsdsCatalog:
     try:
         is_bucket = await probe(store)
     except MountError as exc:
@@ -126,12 +124,13 @@ async def _bucket_catalog(source: str, store: Store, domain: str | None,
     return catalog
 
 
-def _posix_opener(bucket_dir: str) -> UriOpener:
+def _posix_opener(bucket_dir: str) -> OpenUri:
     """``file_uri`` of a POSIX bucket: ``BUCKET/path/file.h5`` below HSDS's ROOT_DIR,
     the parent of the mounted bucket directory. Nothing outside ROOT_DIR is read."""
     root = LocalStore(Path(bucket_dir).resolve().parent)
 
     def open_uri(uri: str) -> tuple[Store, str]:
+        uri = uri.removeprefix("file://")
         if "://" in uri:
             raise StorageError(uri, f"a local bucket can only link to files below {root.root}")
         return root, uri.lstrip("/")
@@ -139,12 +138,13 @@ def _posix_opener(bucket_dir: str) -> UriOpener:
     return open_uri
 
 
-def _s3_opener(connection: S3Connection, cache: BlockCache) -> UriOpener:
+def _s3_opener(connection: S3Connection, cache: BlockCache) -> OpenUri:
     """``file_uri`` of an S3 bucket: ``s3://bucket/key`` (or ``bucket/key``) on the same
     endpoint and credentials, read through the mount's block cache."""
     stores: dict[str, CachedStore] = {}
 
     def open_uri(uri: str) -> tuple[Store, str]:
+        uri = uri.removeprefix("file://")
         if "://" in uri and not uri.startswith("s3://"):
             raise StorageError(uri, "an S3 bucket can only link to s3:// objects")
         bucket, _, key = uri.removeprefix("s3://").lstrip("/").partition("/")

@@ -58,7 +58,7 @@ from layouts.model import (
     ObjectRef,
     VlenKind,
 )
-from mountd.errors import Corrupt, NotFound
+from mountd.errors import Corrupt, NotFound, StorageError
 from mountd.io.local import LocalStore
 from tests.h5compare import chunk_region, walk_links
 from tests.hsds_server import ADMIN_PASSWORD, ADMIN_USER, HsdsServer, hsds_node_available
@@ -782,8 +782,10 @@ def test_damage_stays_local(damaged: Path, hsds_bucket: Any) -> None:
         assert info.value.key.endswith(".dataset.json") and "JSON" in info.value.reason
         with pytest.raises(Corrupt, match="too many elements"):
             await layout.get("contiguous")
-        with pytest.raises(Corrupt, match="linked datasets are not supported yet"):
-            await layout.get("one_element")
+        one = await layout.get("one_element")
+        assert isinstance(one, Dataset) and one.hdf5["layout"]["class"] == "H5D_CHUNKED_REF"
+        with pytest.raises(StorageError, match=r"b/f\.h5"):
+            await one.read_chunk((0,))
         sparse = await layout.get("sparse")
         assert isinstance(sparse, Dataset)
         with pytest.raises(Corrupt, match="empty"):
