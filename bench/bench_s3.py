@@ -93,6 +93,8 @@ def new_cases() -> dict[str, Case]:
         Case("ls_cold", "ls -lR cold", "`ls -lR` of the 10,000-object domain, fresh mount, "
              "page cache dropped"),
         Case("ls_warm", "ls -lR warm", "the same `ls -lR` again on that mount"),
+        Case("ls_local", "ls -lR cold, local disk", "`ls -lR` of the same domain on a fresh "
+             "mount of the POSIX bucket that h5pyd's HSDS served, page cache dropped"),
         Case("visit", "h5pyd visititems", "h5pyd `visititems` on the freshly loaded domain, "
              "right after building it"),
     ]
@@ -361,6 +363,31 @@ def run_ls(run: Run) -> None:
                     cold.notes.append(f"`ls -lR` printed {lines} lines")
 
 
+def run_ls_local(run: Run) -> None:
+    """``ls -lR`` of ``many.h5`` on fresh mounts of the local bucket it was built in.
+
+    The like-for-like peer of ``visititems``, whose HSDS read that same directory.
+    """
+    case = run.cases["ls_local"]
+    if run.many is None:
+        raise NotAvailable("many.h5 was not built")
+    out = run.workdir / "ls-local.txt"
+    for _ in range(run.ctx.repeat):
+        _drop(case)
+        with mounting.mounted(run.many.bucket_dir, run.workdir / "mnt-local") as mp:
+            daemons = mounting.daemon_pids(mp)
+            domain = mp / run.many.domain.strip("/")
+            try:
+                found = timed(run.ctx, case, lambda domain=domain: timed_ls(
+                    domain, out, run.ls_timeout),
+                    run.pids({"h5mount": daemons[0]} if len(daemons) == 1 else {}))
+            except ListingTimeout as exc:
+                _cut_off(run, case, exc)
+                return
+            case.add(found.seconds, found.nbytes)
+            case.cpu.append(found.watch.own)
+
+
 def _cut_off(run: Run, case: Case, exc: ListingTimeout) -> None:
     total = (run.many.objects if run.many else 0) + 1
     case.notes.append(f"cut off after {exc.seconds:.0f} s with {exc.dirs} of {total} "
@@ -444,11 +471,13 @@ def run(args: argparse.Namespace) -> int:
                 _guard(current, ("a_cold", "b_page"), run_cold)
                 _guard(current, ("b_warm",), run_warm)
                 _guard(current, ("ls_cold", "ls_warm"), run_ls)
+                _guard(current, ("ls_local",), run_ls_local)
                 _guard(current, ("stream",), run_stream)
             else:
                 log.warning("the mount cannot serve the bucket yet: %s", reason)
                 current.notes.append(f"Mount cases not run: {reason}")
-                for key in ("a_cold", "b_warm", "b_page", "ls_cold", "ls_warm", "stream"):
+                for key in ("a_cold", "b_warm", "b_page", "ls_cold", "ls_warm", "ls_local",
+                            "stream"):
                     cases[key].status = "not available"
         seconds = time.perf_counter() - t0
         report = s3report.Report(current, started, seconds, cache_budget_mib(args.options),
@@ -459,6 +488,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         mounting.unmount(workdir / "mnt")
+        mounting.unmount(workdir / "mnt-local")
         if mounting.is_mounted(workdir / "mnt"):
             log.error("%s is still mounted; workdir kept", workdir / "mnt")
         elif not args.keep_workdir:

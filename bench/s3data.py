@@ -68,6 +68,7 @@ class ManyDomain:
     keys: int
     visititems_s: float
     visited: int
+    bucket_dir: Path
     facts: dict[str, float] = field(default_factory=dict)
 
 
@@ -184,7 +185,7 @@ def build_many(moto: MotoServer, workdir: Path,
     copied = _copy_domain(moto, bucket_dir, MANY_DOMAIN)
     facts["copy_s"] = time.perf_counter() - t0
     log.info("many.h5: %d keys copied to moto in %.1f s", copied, facts["copy_s"])
-    return ManyDomain(MANY_DOMAIN, objects, copied, seconds, visited, facts)
+    return ManyDomain(MANY_DOMAIN, objects, copied, seconds, visited, bucket_dir, facts)
 
 
 def _copy_domain(moto: MotoServer, bucket_dir: Path, domain: str) -> int:
