@@ -8,10 +8,15 @@ is fetched and decoded once.
 Concurrency: one fetch per key. The first task to miss inserts a pending
 ``trio.Event`` with no ``await`` between the check and the insert, then
 fetches; tasks that want the same key meanwhile wait on the event and read
-the outcome. A failed fetch is not cached (the next reader tries again) but
-its waiters see the same error. ``prefetch`` starts fetches in the cache's
+the outcome. A failed fetch is not cached for long: its waiters, and readers
+within ``error_ttl`` seconds after it, see the same error, and the next reader
+after that tries again. (The kernel retries a failed readahead at once with
+a single-page read; without this, a stalled store would hold that reader for
+the whole timeout twice.) ``prefetch`` starts fetches in the cache's
 ``nursery`` (set by whoever owns the background work, None until then: no
-prefetching), so background work always has an owner; it never raises.
+prefetching), so background work always has an owner; it never raises. At
+most ``prefetch_limit`` prefetches run at once; a refused one returns False
+so the reader's readahead asks again on its next read.
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ log = logging.getLogger(__name__)
 Fetch = Callable[[], Awaitable[bytes | None]]
 
 
+#: Prefetches running at once, by default: enough to keep a remote store busy.
+PREFETCH_LIMIT = 64
+#: How long a failed fetch's error is given to new readers before a retry.
+ERROR_TTL = 2.0
+#: Failures remembered at most (expired ones are dropped when it is reached).
+_MAX_FAILED = 1024
 #: What a "not stored" answer counts against the budget.
 _NONE_SIZE = 64
 
@@ -49,8 +60,10 @@ class ChunkCache:
     """An LRU of decoded chunks, at most ``budget`` bytes (0 disables keeping them)."""
 
     def __init__(self, budget: int, nursery: trio.Nursery | None = None,
-                 prefetch_limit: int = 4) -> None:
+                 prefetch_limit: int = PREFETCH_LIMIT, error_ttl: float = ERROR_TTL) -> None:
         self.budget = budget
+        self.error_ttl = error_ttl
+        self._failed: dict[Hashable, tuple[float, MountError]] = {}
         self.used = 0
         self.hits = 0
         self.misses = 0
@@ -80,6 +93,11 @@ class ChunkCache:
             self._items.move_to_end(key)
             self.hits += 1
             return self._items[key]
+        failed = self._failed.get(key)
+        if failed is not None:
+            if trio.current_time() - failed[0] < self.error_ttl:
+                raise failed[1]
+            del self._failed[key]
         pending = self._pending.get(key)
         if pending is not None:
             self.hits += 1
@@ -94,6 +112,8 @@ class ChunkCache:
             pending.value = await fetch()
         except BaseException as exc:
             pending.error = exc
+            if isinstance(exc, MountError):
+                self._remember_failure(key, exc)
             raise
         else:
             self._store(key, pending.value)
@@ -101,6 +121,13 @@ class ChunkCache:
             del self._pending[key]
             pending.done.set()
         return pending.value
+
+    def _remember_failure(self, key: Hashable, exc: MountError) -> None:
+        now = trio.current_time()
+        if len(self._failed) >= _MAX_FAILED:
+            self._failed = {k: v for k, v in self._failed.items()
+                            if now - v[0] < self.error_ttl}
+        self._failed[key] = (now, exc)
 
     def _store(self, key: Hashable, value: bytes | None) -> None:
         size = _size(value)
@@ -112,13 +139,19 @@ class ChunkCache:
             _, old = self._items.popitem(last=False)
             self.used -= _size(old)
 
-    def prefetch(self, key: Hashable, fetch: Fetch) -> None:
-        """Start fetching ``key`` in the background unless it is cached or under way."""
-        if (self.nursery is None or key in self or key in self._prefetching
-                or len(self._prefetching) >= self._prefetch_limit):
-            return
+    def prefetch(self, key: Hashable, fetch: Fetch) -> bool:
+        """Start fetching ``key`` in the background unless it is cached or under way.
+
+        True if the chunk is cached, under way or now started; False if it
+        was refused (no nursery, or ``prefetch_limit`` prefetches running).
+        """
+        if key in self or key in self._prefetching:
+            return True
+        if self.nursery is None or len(self._prefetching) >= self._prefetch_limit:
+            return False
         self._prefetching.add(key)
         self.nursery.start_soon(self._prefetch_one, key, fetch)
+        return True
 
     async def _prefetch_one(self, key: Hashable, fetch: Fetch) -> None:
         try:

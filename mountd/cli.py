@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from mountd import __version__, daemon
+from mountd import __version__, daemon, warm
 from mountd.config import MountConfig, OptionError, apply_options
 
 DESCRIPTION = """\
@@ -35,6 +35,9 @@ become user.h5.* xattrs. Group and dataset directories also hold Zarr v2
 metadata (.zgroup, .zarray, .zattrs), so zarr and xarray read the mount.
 The daemon goes to the background once the mount is live; stop it with
 `fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.
+
+`h5mount warm PATH...` reads the files under PATH (inside a mount) so that
+the mount's caches hold them; see `h5mount warm --help`.
 """
 
 OPTIONS_HELP = """\
@@ -126,7 +129,10 @@ def parse_args(argv: list[str]) -> MountConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_args(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["warm"]:
+        return warm.main(args[1:])
+    config = parse_args(args)
     return daemon.run(config)
 
 

@@ -27,7 +27,16 @@ import pyfuse3
 from mountd.errors import Forbidden, MountError, NotFound, StorageError, report_once
 from mountd.inodes import ROOT_INODE, InodeTable
 from mountd.names import from_bytes, to_bytes
-from mountd.nodes import DirNode, FileHandle, FileNode, Node, NodeType, Stat, SymlinkNode
+from mountd.nodes import (
+    DirListing,
+    DirNode,
+    FileHandle,
+    FileNode,
+    Node,
+    NodeType,
+    Stat,
+    SymlinkNode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +104,7 @@ class Operations(pyfuse3.Operations):
         self.owner = owner
         self.ttl = ttl
         self._files: dict[int, FileHandle] = {}
-        self._dirs: dict[int, DirNode] = {}
+        self._dirs: dict[int, DirListing] = {}
         self._next_fh = 1
 
     # -- helpers --------------------------------------------------------
@@ -218,7 +227,9 @@ class Operations(pyfuse3.Operations):
             self.inodes.remember(ino)
 
     async def releasedir(self, fh: int) -> None:
-        self._dirs.pop(fh, None)
+        listing = self._dirs.pop(fh, None)
+        if listing is not None:
+            await listing.aclose()
 
     # -- files ----------------------------------------------------------
 

@@ -7,13 +7,19 @@ inode to the same entry however it was reached. Nodes know nothing of FUSE.
 
 Concurrency: nodes keep no mutable state, so any number of tasks may use one
 node at once. File handles (``FileHandle``) may also be read concurrently;
-each implementation guards its own lazily loaded content.
+each implementation guards its own lazily loaded content. A directory
+listing serialises its readers with a lock held only while it computes or
+takes a batch of entries (never across a ``yield``), so an abandoned reader
+cannot keep it locked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import itertools
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass
 
@@ -66,6 +72,10 @@ class DirListing(ABC):
         listing yielded before; ids are stable for the life of the listing.
         """
 
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release what the listing holds (at releasedir); never raises."""
+
 
 class SnapshotListing(DirListing):
     """A listing computed whole on first use and kept while the directory is open."""
@@ -79,9 +89,101 @@ class SnapshotListing(DirListing):
         async with self._lock:
             if self._items is None:
                 self._items = await self._compute()
-        for pos in range(start, len(self._items)):
-            name, node = self._items[pos]
+            items = self._items
+        for pos in range(start, len(items)):
+            name, node = items[pos]
             yield pos + 1, name, node
+
+    async def aclose(self) -> None:
+        self._items = None
+
+
+#: Entries a streaming listing keeps, so a reader can resume from a recent cookie.
+STREAM_WINDOW = 512
+#: Entries a streaming listing takes from its stream per turn of its lock.
+STREAM_BATCH = 64
+
+
+class StreamListing(DirListing):
+    """A listing read lazily from a stream of entries, never held whole.
+
+    Cookies are entry numbers: cookie ``n`` resumes after the ``n``-th entry
+    of the stream. The last ``window`` entries are kept, which covers the
+    kernel re-asking from the last cookie it accepted when its buffer filled.
+    A cookie older than that restarts the stream and skips forward to it; the
+    stream must give the same entries in the same order each time (storage
+    listings do, while nothing is written).
+    """
+
+    def __init__(self, open_stream: Callable[[], AsyncIterator[tuple[str, Node]]],
+                 window: int = STREAM_WINDOW) -> None:
+        self._open = open_stream
+        self.window = window
+        self.restarts = 0
+        self._stream: AsyncIterator[tuple[str, Node]] | None = None
+        self._taken = 0  # entries taken from the current stream
+        self._ended = False
+        self._recent: deque[tuple[str, Node]] = deque(maxlen=window)
+        self._lock = trio.Lock()
+
+    @property
+    def kept(self) -> int:
+        """Entries held now (at most ``window``)."""
+        return len(self._recent)
+
+    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node]]:
+        pos = start
+        while True:
+            async with self._lock:
+                batch = await self._batch_after(pos)
+            if not batch:
+                return
+            for name, node in batch:
+                pos += 1
+                yield pos, name, node
+
+    async def _batch_after(self, pos: int) -> list[tuple[str, Node]]:
+        """Up to ``STREAM_BATCH`` entries after cookie ``pos``."""
+        if self._stream is None or pos < self._taken - len(self._recent):
+            await self._restart()
+        count = min(STREAM_BATCH, self.window)
+        while self._taken < pos + count and await self._pull():
+            pass
+        first = self._taken - len(self._recent)  # cookie just before the oldest kept entry
+        return list(itertools.islice(self._recent, pos - first, None))
+
+    async def _pull(self) -> bool:
+        """Take one more entry from the stream; False at its end."""
+        if self._ended or self._stream is None:
+            return False
+        try:
+            entry = await anext(self._stream)
+        except StopAsyncIteration:
+            self._ended = True
+            return False
+        except BaseException:
+            # The stream is finished by its error; the next reader starts afresh.
+            self._stream = None
+            raise
+        self._recent.append(entry)
+        self._taken += 1
+        return True
+
+    async def _restart(self) -> None:
+        if self._stream is not None:
+            self.restarts += 1
+        await self.aclose()
+        self._stream = self._open()
+        self._taken = 0
+        self._ended = False
+        self._recent.clear()
+
+    async def aclose(self) -> None:
+        stream, self._stream = self._stream, None
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 class DirNode(Node):

@@ -5,16 +5,23 @@ file to the chunks it touches. A read is split into at most ``2*ndim-1``
 boxes of the array (a C-order run of elements is a few hyper-rectangles);
 only the chunks intersecting those boxes are fetched, through the shared
 decoded-chunk cache, and copied out with NumPy. Chunks that are not stored
-read as the fill value. A handle that is read sequentially prefetches the
-chunks of the next band in the background, so decoding runs ahead of the
-kernel's requests on every decode thread.
+read as the fill value.
+
+Readahead: each handle has a ``ReadaheadWindow`` (about 1 MiB at first,
+doubling while the reads are sequential, up to a quarter of the chunk cache,
+back to nothing after a jump). After each read, the chunks holding the
+window's bytes after it are started in the background in grid (C) order
+through the chunk cache, so fetching and decoding run ahead of the kernel's
+requests. A watermark (the first element not yet covered by an accepted
+prefetch) makes a steady reader ask only for the new part of the window.
 
 Elements are copied as opaque ``V<itemsize>`` items, so every fixed-size
 type (compound, strings, references) is moved byte for byte in the dataset's
 own byte order.
 
-Concurrency: a handle's only mutable state is the end of its last read,
-used to detect sequential reading; concurrent reads of one handle are safe.
+Concurrency: a handle's only mutable state is its readahead window and
+watermark, changed with no ``await`` in between; concurrent reads of one
+handle are safe.
 """
 
 from __future__ import annotations
@@ -30,15 +37,13 @@ import trio
 
 from layouts.model import AnyObject, ChunkIndex, Dataset
 from mountd.errors import StorageError
+from mountd.io.readahead import START, ReadaheadWindow
 from mountd.nodes import FileHandle, FileNode, NodeType, Stat
 
 if TYPE_CHECKING:
     from mountd.tree import ObjPath, Tree
 
 Box = tuple[tuple[int, ...], tuple[int, ...]]  # (start, stop) per dimension
-
-#: Largest prefetch window, in bytes of the array.
-PREFETCH_MAX = 128 << 20
 
 
 def npy_dtype_shape(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
@@ -96,11 +101,37 @@ def flat_boxes(shape: tuple[int, ...], lo: int, hi: int) -> Iterator[Box]:
             yield (r1, *start), (r1 + 1, *stop)
 
 
+def cached_header(tree: Tree, op: ObjPath, ds: Dataset) -> bytes:
+    """``npy_header(ds)``, memoised while the catalog returns the same dataset."""
+    key = ("npy-header", op.domain.path, ds.id)
+    header: bytes | None = tree.memo.get(key, ds)
+    if header is None:
+        header = npy_header(ds)
+        tree.memo.put(key, header, len(header), ds)
+    return header
+
+
 def chunks_of_box(box: Box, chunks: tuple[int, ...]) -> Iterator[ChunkIndex]:
     """Indices of the chunks that intersect ``box``."""
     start, stop = box
     return itertools.product(*(range(a // c, -(-b // c))
                                for a, b, c in zip(start, stop, chunks, strict=True)))
+
+
+def chunks_in_order(shape: tuple[int, ...], chunks: tuple[int, ...],
+                    lo: int, hi: int) -> list[tuple[ChunkIndex, int]]:
+    """The chunks holding C-order elements ``[lo, hi)``, in grid C order, each
+    with the first of those elements it holds."""
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    first: dict[ChunkIndex, int] = {}
+    for box in flat_boxes(shape, lo, hi):
+        start = box[0]
+        for index in chunks_of_box(box, chunks):
+            at = sum(max(a, i * c) * s
+                     for a, i, c, s in zip(start, index, chunks, strides, strict=True))
+            if at < first.get(index, hi):
+                first[index] = at
+    return sorted(first.items())
 
 
 class NpyView:
@@ -133,7 +164,8 @@ class NpyFile(FileNode):
     async def stat(self) -> Stat:
         ds = await self._dataset()
         mtime, ctime = self.tree.times(self.op, ds)
-        size = len(npy_header(ds)) + math.prod(ds.shape or ()) * ds.type.itemsize
+        size = len(cached_header(self.tree, self.op, ds)) + math.prod(ds.shape or ()) * \
+            ds.type.itemsize
         return Stat(NodeType.FILE, size=size, mtime=mtime, ctime=ctime)
 
     async def open(self) -> FileHandle:
@@ -147,14 +179,17 @@ class NpyHandle(FileHandle):
         self.tree = tree
         self.op = op
         self.ds = ds
-        self.header = npy_header(ds)
+        self.header = cached_header(tree, op, ds)
         self.shape = ds.shape or ()
         self.itemsize = ds.type.itemsize
         self.elements = math.prod(self.shape)
         self.size = len(self.header) + self.elements * self.itemsize
         self.item = np.dtype(f"V{self.itemsize}")
         self.fill = np.frombuffer(ds.fill_bytes(), dtype=self.item)[0]
-        self._last_end = -1
+        cap = tree.readahead_cap
+        self.readahead = ReadaheadWindow(START if cap >= START else 0, cap)
+        #: First element not yet covered by an accepted prefetch.
+        self.prefetched_to = 0
 
     async def read(self, offset: int, size: int) -> bytes | memoryview:
         end = min(offset + size, self.size)
@@ -166,11 +201,13 @@ class NpyHandle(FileHandle):
             return head
         d0, d1 = max(offset, hlen) - hlen, end - hlen
         e0, e1 = d0 // self.itemsize, -(-d1 // self.itemsize)
+        ahead = self.readahead.observe(offset, end - offset)
+        if not ahead:
+            self.prefetched_to = e1
+        elif self.shape:
+            self._prefetch(e1, min(self.elements, e1 + -(-ahead // self.itemsize)))
         raw = (await self._elements(e0, e1)).view(np.uint8)
         data = memoryview(raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
-        if offset == self._last_end:
-            self._prefetch(e1)
-        self._last_end = end
         return head + bytes(data) if head else data
 
     async def _chunk(self, index: ChunkIndex) -> bytes | None:
@@ -227,11 +264,19 @@ class NpyHandle(FileHandle):
             dest[dst] = block[tuple(slice(x - o, y - o)
                                     for x, y, o in zip(lo, hi, origin, strict=True))]
 
-    def _prefetch(self, e1: int) -> None:
-        """Start decoding the chunks of the band after element ``e1``."""
-        band = self.ds.chunks[0] * math.prod(self.shape[1:])
-        window = max(1, min(band, PREFETCH_MAX // self.itemsize,
-                            self.tree.chunk_cache.budget // (4 * self.itemsize)))
-        for box in flat_boxes(self.shape, e1, min(e1 + window, self.elements)):
-            for index in chunks_of_box(box, self.ds.chunks):
-                self.tree.prefetch_chunk(self.op, self.ds, index)
+    def _prefetch(self, e1: int, e2: int) -> None:
+        """Start the chunks holding elements ``[e1, e2)`` in grid order, from the
+        watermark on (what earlier reads started is not asked for again)."""
+        lo = max(e1, self.prefetched_to)
+        if lo >= e2:
+            return
+        self.prefetched_to = e2
+        nbytes = self.ds.chunk_nbytes or 1
+        for n, (index, first) in enumerate(chunks_in_order(self.shape, self.ds.chunks, lo, e2)):
+            # Chunks much wider than the window (a row across many chunks) may
+            # not flood the cache: at most readahead_cap bytes of them at once.
+            if n * nbytes >= self.tree.readahead_cap or \
+                    not self.tree.prefetch_chunk(self.op, self.ds, index):
+                # Refused for now: a later read asks again from here.
+                self.prefetched_to = first
+                return

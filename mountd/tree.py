@@ -8,23 +8,35 @@ Extra per-object files (``.npy``, convention views) plug in as
 
 Everything is lazy. A node holds only where it is (``ObjPath``); it reads the
 model through ``Tree.obj`` (a TTL-cached catalog) when asked for content.
+What is derived from an object (rendered metadata files, a group's name
+index, xattrs, a small dataset's chunk names) is memoised in ``Tree.memo``
+for as long as the catalog hands out the same object instance. A dataset
+directory streams its chunk names from storage (``StreamListing``); it never
+holds them all. A walker opening a group's child directories in order (``ls
+-R``, ``find``) gets the next ones loaded in the background
+(``mountd.dirahead``), and a reader of chunk files in grid order gets the
+next chunks decoded ahead (``mountd.chunkahead``).
 
-Concurrency: the tree keeps no mutable state apart from the reference-path
-index, which is rebuilt whole and swapped in with no ``await`` in between, so
-tasks may share every node freely.
+Concurrency: the tree's mutable state is the reference-path index (rebuilt
+whole and swapped in with no ``await`` in between), the memo and the two
+readahead states (all changed only by synchronous calls), so tasks may share
+every node freely. Background loading runs in the nursery the daemon gives
+the chunk cache (``Tree.nursery``; none: no background work), at most
+``LIST_CONCURRENCY`` fetches at once.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import posixpath
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import trio
 
@@ -41,8 +53,12 @@ from layouts.model import (
     ObjectRef,
 )
 from mountd import sidecar, zarrmeta
+from mountd.chunkahead import GridReadahead
 from mountd.chunkcache import ChunkCache
+from mountd.dirahead import DirReadahead
 from mountd.errors import MountError, NotFound, StorageError
+from mountd.io import readahead
+from mountd.memo import Memo
 from mountd.names import display_name
 from mountd.nodes import (
     BytesHandle,
@@ -54,15 +70,23 @@ from mountd.nodes import (
     NodeType,
     SnapshotListing,
     Stat,
+    StreamListing,
     SymlinkNode,
 )
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: How many soft links one path may pass through before it counts as a loop.
 MAX_SOFT_DEPTH = 16
-#: Objects fetched at once while listing a group.
-LIST_CONCURRENCY = 32
+#: Objects fetched at once while listing a group (one remote round trip each).
+LIST_CONCURRENCY = 128
+#: Children whose objects are fetched ahead when a group is loaded in the background.
+PRELOAD_LINKS = 1000
+#: Chunk names of one dataset kept once listed (one page of an S3 listing); longer
+#: listings are read from storage each time.
+SMALL_LISTING = 1000
 #: Most objects visited when indexing a domain to resolve references.
 REF_INDEX_LIMIT = 200_000
 
@@ -128,6 +152,14 @@ class Tree:
         self.catalog = catalog
         self.views = tuple(views)
         self.chunk_cache = chunk_cache or ChunkCache(0)
+        self.memo = Memo()
+        #: Largest readahead, in bytes of decoded chunks: a quarter of the chunk cache.
+        self.readahead_cap = min(readahead.CAP, self.chunk_cache.budget // 4)
+        self.grid_readahead = GridReadahead(self.readahead_cap)
+        self.dir_readahead: DirReadahead[ObjectDir] = DirReadahead(cap=LIST_CONCURRENCY // 2)
+        self.preload_limiter = trio.CapacityLimiter(LIST_CONCURRENCY)
+        #: Listings being loaded ahead, by memo key; set when done.
+        self.loading: dict[Hashable, trio.Event] = {}
         self.started = time.time()
         self._ref_index_ttl = ref_index_ttl
         self._ref_index: dict[str, tuple[float, dict[str, str]]] = {}
@@ -179,8 +211,48 @@ class Tree:
         """``(True, chunk)`` when the chunk is in the cache now; no I/O."""
         return self.chunk_cache.peek((op.domain.path, ds.id, index))
 
-    def prefetch_chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
-        self.chunk_cache.prefetch((op.domain.path, ds.id, index), lambda: ds.read_chunk(index))
+    def prefetch_chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> bool:
+        """Start decoding a chunk in the background; False if the cache refused for now."""
+        return self.chunk_cache.prefetch((op.domain.path, ds.id, index),
+                                         lambda: ds.read_chunk(index))
+
+    def chunk_file_read(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
+        """A chunk file is being read: prefetch the next chunks in grid order if
+        this dataset's chunk files are being read in that order."""
+        self.grid_readahead.on_read((op.domain.path, ds.id), ds, index,
+                                    lambda nxt: self.prefetch_chunk(op, ds, nxt))
+
+    # -- background loading ---------------------------------------------
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """Where background work runs: the nursery the daemon gives the chunk cache."""
+        return self.chunk_cache.nursery
+
+    def dir_opened(self, node: ObjectDir) -> None:
+        """A child directory of a group is being listed: load the next ones in
+        the background if the group's children are being walked in order."""
+        nursery = self.nursery
+        if nursery is None or not node.op.names:
+            return
+        for child in self.dir_readahead.opened(node.op.parent.key, node.op.key):
+            nursery.start_soon(self._preload, child)
+
+    async def _preload(self, node: ObjectDir) -> None:
+        try:
+            await node.preload()
+        except MountError as exc:
+            log.debug("loading %s ahead failed: %s", node.op.h5path, exc)
+        except Exception:
+            log.exception("loading %s ahead failed", node.op.h5path)
+
+    async def preload_object(self, op: ObjPath) -> None:
+        """Fetch one object into the catalog's cache, in the background."""
+        async with self.preload_limiter:
+            try:
+                await self.obj(op)
+            except MountError as exc:
+                log.debug("loading %s ahead failed: %s", op.h5path, exc)
 
     # -- locations in the mount -----------------------------------------
 
@@ -306,6 +378,22 @@ class Tree:
         return resolve
 
 
+async def for_each(items: Sequence[T], work: Callable[[T], Awaitable[None]],
+                   workers: int = LIST_CONCURRENCY) -> None:
+    """Run ``work`` on every item, at most ``workers`` at once. The workers
+    share one iterator, so a group of 100,000 links costs ``workers`` tasks,
+    not one task per link."""
+    todo = iter(items)
+
+    async def worker() -> None:
+        for item in todo:
+            await work(item)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(min(workers, len(items))):
+            nursery.start_soon(worker)
+
+
 def _times(obj: AnyObject | Domain | None, tree: Tree) -> tuple[float, float]:
     modified = getattr(obj, "modified", None) or tree.started
     created = getattr(obj, "created", None) or modified
@@ -348,18 +436,14 @@ class FolderDir(SnapshotDir):
     async def listing(self) -> list[tuple[str, Node]]:
         names = await self.tree.catalog.list_folder(self.path)
         domains: dict[str, Domain | None] = {}
-        limiter = trio.CapacityLimiter(LIST_CONCURRENCY)
 
         async def probe(name: str) -> None:
-            async with limiter:
-                try:
-                    domains[name] = await self.tree.catalog.domain(self._child(name))
-                except MountError:
-                    domains[name] = None
+            try:
+                domains[name] = await self.tree.catalog.domain(self._child(name))
+            except MountError:
+                domains[name] = None
 
-        async with trio.open_nursery() as nursery:
-            for name in names:
-                nursery.start_soon(probe, name)
+        await for_each(names, probe)
         items: list[tuple[str, Node]] = []
         real = set(names)
         for name in names:
@@ -390,8 +474,8 @@ class FolderDir(SnapshotDir):
         raise NotFound(name)
 
 
-class ObjectDir(SnapshotDir):
-    """The directory of an HDF5 object; subclasses list what is inside."""
+class ObjectDir(DirNode):
+    """The directory of an HDF5 object (a committed datatype's is empty)."""
 
     def __init__(self, tree: Tree, op: ObjPath) -> None:
         self.tree = tree
@@ -406,12 +490,29 @@ class ObjectDir(SnapshotDir):
         return Stat(NodeType.DIR, mtime=mtime, ctime=ctime)
 
     async def xattrs(self) -> dict[str, bytes]:
+        """The object's ``user.h5.*`` attributes (a shared dict: do not change it)."""
         obj = await self.tree.obj(self.op)
-        return await sidecar.object_xattrs(obj, self.tree.resolver(self.op.domain))
+        key = ("xattrs", self.op.domain.path, obj.id)
+        attrs: dict[str, bytes] | None = self.tree.memo.get(key, obj)
+        if attrs is None:
+            attrs = await sidecar.object_xattrs(obj, self.tree.resolver(self.op.domain))
+            self.tree.memo.put(key, attrs, sum(len(k) + len(v) for k, v in attrs.items()), obj)
+        return attrs
 
-    async def listing(self) -> list[tuple[str, Node]]:
+    def open_listing(self) -> DirListing:
+        return SnapshotListing(self._nothing)
+
+    async def _nothing(self) -> list[tuple[str, Node]]:
         await self.tree.obj(self.op)
         return []
+
+    async def lookup(self, name: str) -> Node:
+        await self.tree.obj(self.op)
+        raise NotFound(name)
+
+    async def preload(self) -> None:
+        """Fetch, in the background, what listing this directory will need."""
+        await self.tree.preload_object(self.op)
 
 
 def object_dir(tree: Tree, op: ObjPath, kind: ObjectKind) -> ObjectDir:
@@ -420,6 +521,18 @@ def object_dir(tree: Tree, op: ObjPath, kind: ObjectKind) -> ObjectDir:
     if kind is ObjectKind.DATASET:
         return DatasetDir(tree, op)
     return ObjectDir(tree, op)
+
+
+#: Rough bytes one name of a group index costs, for the memo's budget.
+_INDEX_ENTRY_BYTES = 200
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupIndex:
+    """Entry name -> (link name, suffix), real link names winning; and the names sorted."""
+
+    names: dict[str, tuple[str, str]]
+    order: list[str]
 
 
 class GroupDir(ObjectDir):
@@ -432,47 +545,70 @@ class GroupDir(ObjectDir):
     def _suffixes(self) -> list[str]:
         return [SIDECAR, *(view.suffix for view in self.tree.views)]
 
-    def _index(self, group: Group) -> dict[str, tuple[str, str]]:
-        """Entry name -> (link name, suffix); real link names win over generated ones."""
-        index: dict[str, tuple[str, str]] = {}
+    def _index(self, group: Group) -> _GroupIndex:
+        """The group's entry names, built once per group object (O(1) lookups after)."""
+        key = ("index", self.op.domain.path, group.id)
+        index: _GroupIndex | None = self.tree.memo.get(key, group)
+        if index is not None:
+            return index
+        names: dict[str, tuple[str, str]] = {}
+        suffixes = self._suffixes()
         for name in sorted(group.links):
-            for suffix in self._suffixes():
-                index.setdefault(display_name(name, suffix), (name, suffix))
+            for suffix in suffixes:
+                names.setdefault(display_name(name, suffix), (name, suffix))
         for name in group.links:
-            index[display_name(name)] = (name, "")
+            names[display_name(name)] = (name, "")
+        index = _GroupIndex(names, sorted(names))
+        self.tree.memo.put(key, index, _INDEX_ENTRY_BYTES * len(names), group)
         return index
 
+    def open_listing(self) -> DirListing:
+        return SnapshotListing(self.listing)
+
     async def listing(self) -> list[tuple[str, Node]]:
+        """Every entry, sorted by name after the group's own files."""
         group = await self.tree.group(self.op)
+        self.tree.dir_opened(self)
         index = self._index(group)
         per_link: dict[str, dict[str, Node]] = {}
-        limiter = trio.CapacityLimiter(LIST_CONCURRENCY)
+        times = self.tree.times(self.op, group)
 
         async def fill(name: str) -> None:
-            async with limiter:
-                per_link[name] = await self._link_entries(name, group.links[name])
+            per_link[name] = await self._link_entries(name, group.links[name], times, True)
 
-        async with trio.open_nursery() as nursery:
-            for name in group.links:
-                nursery.start_soon(fill, name)
-        items = [(name, node) for name, node in self._own_files().items() if name not in index]
-        for shown in sorted(index):
-            name, suffix = index[shown]
+        await for_each(list(group.links), fill)
+        items = [(name, node) for name, node in self._own_files().items()
+                 if name not in index.names]
+        for shown in index.order:
+            name, suffix = index.names[shown]
             node = per_link[name].get(suffix)
             if node is not None:
                 items.append((shown, node))
+        self.tree.dir_readahead.remember(
+            self.op.key, [(node.op.key, node) for _, node in items if isinstance(node, ObjectDir)])
         return items
+
+    async def preload(self) -> None:
+        """Fetch the group and the objects of its first ``PRELOAD_LINKS`` children."""
+        async with self.tree.preload_limiter:
+            group = await self.tree.group(self.op)
+        children = [self.op.child(name, link.target)
+                    for name, link in itertools.islice(group.links.items(), PRELOAD_LINKS)
+                    if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None]
+        await for_each(children, self.tree.preload_object)
 
     async def lookup(self, name: str) -> Node:
         group = await self.tree.group(self.op)
-        index = self._index(group)
-        if name not in index:
+        found = self._index(group).names.get(name)
+        if found is None:
             own = self._own_files().get(name)
             if own is None:
                 raise NotFound(name)
             return own
-        link_name, suffix = index[name]
-        node = (await self._link_entries(link_name, group.links[link_name])).get(suffix)
+        link_name, suffix = found
+        times = self.tree.times(self.op, group)
+        entries = await self._link_entries(link_name, group.links[link_name], times, False)
+        node = entries.get(suffix)
         if node is None:
             raise NotFound(name)
         return node
@@ -486,11 +622,13 @@ class GroupDir(ObjectDir):
         files[ZGROUP_NAME] = MetaFile(self.tree, self.op, ZGROUP_NAME, _render_zgroup)
         return files
 
-    async def _link_entries(self, name: str, link: Link) -> dict[str, Node]:
-        """The entries one link contributes, by suffix (``""`` is the link itself)."""
-        here = self.tree.dir_location(self.op)
+    async def _link_entries(self, name: str, link: Link, times: tuple[float, float],
+                            listing: bool) -> dict[str, Node]:
+        """The entries one link contributes, by suffix (``""`` is the link itself),
+        for a ``listing`` or a lookup. Symlinks get the group's ``times`` (the
+        model has no times of links)."""
         if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None:
-            return await self._object_entries(self.op.child(name, link.target), link)
+            return await self._object_entries(self.op.child(name, link.target), link, listing)
         if link.kind is LinkKind.HARD:
             target = self.op.ancestor(link.target)
         elif link.kind is LinkKind.SOFT:
@@ -501,11 +639,11 @@ class GroupDir(ObjectDir):
                       else await self.tree.resolve(self.tree.root_path(domain), link.target))
         if target is None:
             text = link.target if link.kind is LinkKind.SOFT else f"{link.domain}::{link.target}"
-            return {"": Symlink(("link", self.op.key, name), text, self.tree.started)}
+            return {"": Symlink(("link", self.op.key, name), text, times)}
+        here = self.tree.dir_location(self.op)
         entries: dict[str, Node] = {
             "": Symlink(("link", self.op.key, name),
-                        self.tree.relative(self.tree.dir_location(target), here),
-                        self.tree.started),
+                        self.tree.relative(self.tree.dir_location(target), here), times),
         }
         try:
             obj = await self.tree.obj(target)
@@ -516,13 +654,16 @@ class GroupDir(ObjectDir):
                                         for v in self.tree.views):
                 location = self.tree.file_location(target, suffix)
                 entries[suffix] = Symlink(("link", self.op.key, name, suffix),
-                                          self.tree.relative(location, here), self.tree.started)
+                                          self.tree.relative(location, here), times)
         return entries
 
-    async def _object_entries(self, op: ObjPath, link: Link) -> dict[str, Node]:
+    async def _object_entries(self, op: ObjPath, link: Link, listing: bool) -> dict[str, Node]:
+        """The object's directory, sidecar and views. The object is fetched when
+        the views or its kind need it, and always for a ``listing``: readdir
+        stats every entry next, so the listing fetches its children concurrently."""
         kind = link.target_kind
         obj: AnyObject | None = None
-        if kind is None or self.tree.views:
+        if listing or kind is None or self.tree.views:
             try:
                 obj = await self.tree.obj(op)
                 kind = obj.kind
@@ -540,6 +681,13 @@ class GroupDir(ObjectDir):
         return entries
 
 
+async def _close(stream: AsyncIterator[ChunkIndex]) -> None:
+    """Finish a chunk listing left early (async generators hold storage pages)."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
 def chunk_name(index: ChunkIndex) -> str:
     return ".".join(str(i) for i in index)
 
@@ -552,7 +700,13 @@ def parse_chunk_name(name: str) -> ChunkIndex | None:
 
 
 class DatasetDir(ObjectDir):
-    """A dataset: one file per stored chunk, named by grid index."""
+    """A dataset: one file per stored chunk, named by grid index.
+
+    The chunk names of a small dataset (at most ``SMALL_LISTING``), once
+    listed, are memoised with the dataset object: listing it again, and
+    looking up its chunks, then need no storage round trip until the object
+    is fetched anew (``-o metadata_ttl``).
+    """
 
     def _own_files(self, ds: Dataset) -> dict[str, Node]:
         files: dict[str, Node] = {}
@@ -561,12 +715,77 @@ class DatasetDir(ObjectDir):
         files[ZATTRS_NAME] = MetaFile(self.tree, self.op, ZATTRS_NAME, _render_zattrs)
         return files
 
-    async def listing(self) -> list[tuple[str, Node]]:
+    def open_listing(self) -> DirListing:
+        return StreamListing(self._entries)
+
+    async def _entries(self) -> AsyncIterator[tuple[str, Node]]:
+        """The zarr files, then the stored chunks in storage order (never all held)."""
         ds = await self.tree.dataset(self.op)
-        indices = [idx async for idx in ds.store.iter_stored() if ds.in_grid(idx)]
-        indices.sort()
-        return [*self._own_files(ds).items(),
-                *((chunk_name(idx), ChunkFile(self.tree, self.op, idx)) for idx in indices)]
+        self.tree.dir_opened(self)
+        for item in self._own_files(ds).items():
+            yield item
+        loading = self.tree.loading.get(self._chunks_key(ds))
+        if loading is not None:  # being listed ahead right now: wait for it
+            await loading.wait()
+        known = self._known_chunks(ds)
+        if known is not None:
+            for index in known:
+                yield chunk_name(index), ChunkFile(self.tree, self.op, index)
+            return
+        seen: list[ChunkIndex] | None = []
+        stored = ds.store.iter_stored()
+        try:
+            async for index in stored:
+                if not ds.in_grid(index):
+                    continue
+                if seen is not None:
+                    seen.append(index)
+                    if len(seen) > SMALL_LISTING:
+                        seen = None
+                yield chunk_name(index), ChunkFile(self.tree, self.op, index)
+        finally:
+            await _close(stored)
+        if seen is not None:
+            self._remember_chunks(ds, seen)
+
+    def _chunks_key(self, ds: Dataset) -> Hashable:
+        return ("chunks", self.op.domain.path, ds.id)
+
+    def _known_chunks(self, ds: Dataset) -> tuple[ChunkIndex, ...] | None:
+        """The chunk indices of a small dataset, if listed since the object was fetched."""
+        known: tuple[ChunkIndex, ...] | None = self.tree.memo.get(self._chunks_key(ds), ds)
+        return known
+
+    def _remember_chunks(self, ds: Dataset, indices: list[ChunkIndex]) -> None:
+        self.tree.memo.put(self._chunks_key(ds), tuple(indices), 64 * len(indices), ds)
+
+    async def preload(self) -> None:
+        """List the chunks of a small dataset ahead (one storage round trip)."""
+        async with self.tree.preload_limiter:
+            ds = await self.tree.dataset(self.op)
+            key = self._chunks_key(ds)
+            if self._known_chunks(ds) is not None or key in self.tree.loading:
+                return
+            done = self.tree.loading[key] = trio.Event()
+            try:
+                await self._list_small(ds)
+            finally:
+                del self.tree.loading[key]
+                done.set()
+
+    async def _list_small(self, ds: Dataset) -> None:
+        """Remember the chunk indices if there are at most ``SMALL_LISTING``."""
+        indices: list[ChunkIndex] = []
+        stored = ds.store.iter_stored()
+        try:
+            async for index in stored:
+                if ds.in_grid(index):
+                    indices.append(index)
+                    if len(indices) > SMALL_LISTING:
+                        return
+        finally:
+            await _close(stored)
+        self._remember_chunks(ds, indices)
 
     async def lookup(self, name: str) -> Node:
         ds = await self.tree.dataset(self.op)
@@ -574,16 +793,21 @@ class DatasetDir(ObjectDir):
         if own is not None:
             return own
         index = parse_chunk_name(name)
-        if index is None or not ds.in_grid(index) or not await ds.store.exists(index):
+        if index is None or not ds.in_grid(index):
+            raise NotFound(name)
+        known = self._known_chunks(ds)
+        if not (index in known if known is not None else await ds.store.exists(index)):
             raise NotFound(name)
         return ChunkFile(self.tree, self.op, index)
 
 
 class Symlink(SymlinkNode):
-    def __init__(self, key: Hashable, text: str, mtime: float) -> None:
+    """A symlink with fixed text; ``times`` is its (mtime, ctime)."""
+
+    def __init__(self, key: Hashable, text: str, times: tuple[float, float]) -> None:
         self._key = key
         self._text = text
-        self._mtime = mtime
+        self._mtime, self._ctime = times
 
     @property
     def key(self) -> Hashable:
@@ -591,7 +815,7 @@ class Symlink(SymlinkNode):
 
     async def stat(self) -> Stat:
         return Stat(NodeType.SYMLINK, size=len(self._text.encode("utf-8", "surrogateescape")),
-                    mtime=self._mtime, ctime=self._mtime)
+                    mtime=self._mtime, ctime=self._ctime)
 
     async def target(self) -> str:
         return self._text
@@ -603,7 +827,9 @@ MetaRender = Callable[["Tree", ObjPath, AnyObject], Awaitable[bytes]]
 class MetaFile(FileNode):
     """A small file rendered from one object's metadata (``P.json``, ``.zattrs``...).
 
-    Its size is exact: ``stat`` renders the content, from the cached object.
+    Its size is exact: ``stat`` renders the content from the cached object,
+    and the rendering is memoised for ``open`` and later ``stat`` calls while
+    the catalog returns the same object.
     """
 
     def __init__(self, tree: Tree, op: ObjPath, name: str, render: MetaRender) -> None:
@@ -617,11 +843,19 @@ class MetaFile(FileNode):
         return ("meta", self.name, self.op.key)
 
     async def content(self) -> bytes:
-        return await self._render(self.tree, self.op, await self.tree.obj(self.op))
+        return await self._content(await self.tree.obj(self.op))
+
+    async def _content(self, obj: AnyObject) -> bytes:
+        data: bytes | None = self.tree.memo.get(self.key, obj, self.op.domain)
+        if data is None:
+            data = await self._render(self.tree, self.op, obj)
+            self.tree.memo.put(self.key, data, len(data), obj, self.op.domain)
+        return data
 
     async def stat(self) -> Stat:
-        mtime, ctime = self.tree.times(self.op, await self.tree.obj(self.op))
-        return Stat(NodeType.FILE, size=len(await self.content()), mtime=mtime, ctime=ctime)
+        obj = await self.tree.obj(self.op)
+        mtime, ctime = self.tree.times(self.op, obj)
+        return Stat(NodeType.FILE, size=len(await self._content(obj)), mtime=mtime, ctime=ctime)
 
     async def open(self) -> FileHandle:
         handle = BytesHandle(self.content)
@@ -679,6 +913,7 @@ class ChunkFile(FileNode):
         where = f"{self.op.domain.path}{self.op.h5path} chunk {chunk_name(self.index)}"
 
         async def load() -> bytes:
+            self.tree.chunk_file_read(self.op, ds, self.index)
             data = await self.tree.chunk(self.op, ds, self.index)
             if data is None:
                 raise StorageError(where, "chunk is no longer stored")

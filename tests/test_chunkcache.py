@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from mountd.chunkcache import ChunkCache
 from mountd.errors import Corrupt
@@ -68,9 +69,9 @@ def test_budget_evicts_least_recently_used() -> None:
     trio.run(main)
 
 
-def test_failures_reach_waiters_and_are_not_cached() -> None:
+def test_failures_reach_waiters_and_are_kept_only_briefly() -> None:
     async def main() -> None:
-        cache, fetcher = ChunkCache(10_000), Fetcher()
+        cache, fetcher = ChunkCache(10_000, error_ttl=2.0), Fetcher()
         fetcher.fail.add("bad")
         errors = []
 
@@ -85,9 +86,16 @@ def test_failures_reach_waiters_and_are_not_cached() -> None:
                 nursery.start_soon(reader)
         assert len(errors) == 3 and fetcher.calls["bad"] == 1
         fetcher.fail.clear()
+        # Within error_ttl (the kernel's immediate retry) the error comes back unfetched...
+        await trio.sleep(1.0)
+        with pytest.raises(Corrupt):
+            await cache.get("bad", fetcher("bad"))
+        assert fetcher.calls["bad"] == 1
+        # ...after it, the next reader fetches again.
+        await trio.sleep(1.5)
         assert await cache.get("bad", fetcher("bad")) is not None
         assert fetcher.calls["bad"] == 2
-    trio.run(main)
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_prefetch_runs_in_the_given_nursery_and_swallows_errors() -> None:

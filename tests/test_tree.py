@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
+import math
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 import trio
+import trio.testing
 
-from layouts.model import Attribute, Domain, Link, LinkKind, ObjectKind, ObjectRef
+from layouts.model import (
+    AnyObject,
+    Attribute,
+    Dataset,
+    Domain,
+    Link,
+    LinkKind,
+    ObjectKind,
+    ObjectRef,
+)
+from mountd.chunkahead import GridReadahead, ravel, unravel
+from mountd.chunkcache import ChunkCache
 from mountd.errors import NotFound, StorageError
+from mountd.metacache import CachedCatalog
 from mountd.names import display_name, escape
-from mountd.nodes import DirNode, FileNode, Node, SymlinkNode
-from mountd.npy import NpyView, flat_boxes
+from mountd.nodes import STREAM_WINDOW, DirNode, FileNode, Node, StreamListing, SymlinkNode
+from mountd.npy import NpyHandle, NpyView, flat_boxes
 from mountd.tree import Tree
-from tests.modelcat import MemoryCatalog, dataset, group
+from tests.modelcat import MemoryCatalog, dataset, float_type, group
 
 
 def hard(obj_id: str) -> Link:
@@ -286,3 +302,368 @@ def test_zarr_metadata() -> None:
         zgroup = json.loads(await read_all(await walk(tree, "home/u/f.h5/g1/.zgroup")))
         assert zgroup == {"zarr_format": 2}
     trio.run(main)
+
+
+# --------------------------------------------------------------------------- big datasets
+
+
+class GeneratedChunks:
+    """A lazy ChunkStore in which every chunk of ``grid`` is stored.
+
+    Nothing is held: the listing is a fixed permutation of the grid (a storage
+    order, not grid order) computed as it goes, and a chunk's bytes are made
+    when read (each element is the chunk's grid position, as float32). It
+    counts listings, the listings open at once, and the reads in the order
+    they start; ``delay`` makes reads slow.
+    """
+
+    STRIDE = 7919  # prime: a permutation of any grid whose size it does not divide
+
+    def __init__(self, grid: tuple[int, ...], chunk_elements: int, delay: float = 0.0,
+                 list_delay: float = 0.0) -> None:
+        self.grid = grid
+        self.total = math.prod(grid)
+        self.chunk_elements = chunk_elements
+        self.delay = delay
+        self.list_delay = list_delay
+        self.listings = 0
+        self.open_listings = 0
+        self.max_open = 0
+        self.reads: list[tuple[int, ...]] = []
+
+    def storage_order(self) -> list[tuple[int, ...]]:
+        return [unravel(k * self.STRIDE % self.total, self.grid) for k in range(self.total)]
+
+    async def read(self, index: tuple[int, ...]) -> bytes:
+        self.reads.append(index)
+        await trio.sleep(self.delay)
+        return np.full(self.chunk_elements, ravel(index, self.grid), dtype="<f4").tobytes()
+
+    async def exists(self, index: tuple[int, ...]) -> bool:
+        return True
+
+    async def iter_stored(self) -> AsyncIterator[tuple[int, ...]]:
+        self.listings += 1
+        self.open_listings += 1
+        self.max_open = max(self.max_open, self.open_listings)
+        try:
+            await trio.sleep(self.list_delay)  # a round trip to the store
+            for k in range(self.total):
+                if k % 512 == 0:
+                    await trio.sleep(0)
+                yield unravel(k * self.STRIDE % self.total, self.grid)
+        finally:
+            self.open_listings -= 1
+
+
+def generated_dataset(obj_id: str, grid: tuple[int, ...], chunks: tuple[int, ...],
+                      delay: float = 0.0, list_delay: float = 0.0) -> Dataset:
+    shape = tuple(g * c for g, c in zip(grid, chunks, strict=True))
+    store = GeneratedChunks(grid, math.prod(chunks), delay, list_delay)
+    return Dataset(id=obj_id, shape=shape, maxshape=shape, type=float_type(), chunks=chunks,
+                   fill_value=np.float32(0), store=store)
+
+
+def catalog_with(**datasets: Dataset) -> MemoryCatalog:
+    objects: dict[str, AnyObject] = {ds.id: ds for ds in datasets.values()}
+    objects["g-root"] = group("g-root", **{name: hard(ds.id) for name, ds in datasets.items()})
+    domains = {"f.h5": Domain("f.h5", "g-root", 1.0, 2.0)}
+    return MemoryCatalog(domains, objects, {}, single_domain="f.h5")
+
+
+async def kernel_readdir(listing: StreamListing, start: int, rng: np.random.Generator,
+                         buffer: int = 40) -> list[str]:
+    """Read a listing as the kernel does: fill a buffer, keep only part of it
+    (the rest did not fit), and ask again from the last cookie it kept."""
+    names: list[str] = []
+    cookie = start
+    while True:
+        got: list[tuple[int, str]] = []
+        async for next_id, name, _ in listing.entries(cookie):
+            got.append((next_id, name))
+            if len(got) == buffer:
+                break
+        if not got:
+            return names
+        keep = int(rng.integers(1, len(got) + 1))
+        names.extend(name for _, name in got[:keep])
+        cookie = got[keep - 1][0]
+        assert listing.kept <= listing.window
+
+
+def test_dataset_listing_streams_200k_chunks() -> None:
+    async def main() -> None:
+        ds = generated_dataset("d-big", (500, 400), (1, 1))
+        store = ds.store
+        assert isinstance(store, GeneratedChunks)
+        tree = Tree(catalog_with(big=ds))
+        node = await walk(tree, "big")
+        assert isinstance(node, DirNode)
+        listing = node.open_listing()
+        assert isinstance(listing, StreamListing)
+        expected = [".zarray", ".zattrs", *(".".join(map(str, i)) for i in store.storage_order())]
+        names = await kernel_readdir(listing, 0, np.random.default_rng(1))
+        # every name once, in storage order, from one pass over the store
+        assert names == expected
+        assert len(set(names)) == 200_002
+        assert store.listings == 1 and listing.restarts == 0
+        assert listing.kept <= listing.window == STREAM_WINDOW
+        # a cookie older than the window restarts the stream and skips to it
+        names = await kernel_readdir(listing, 1000, np.random.default_rng(2))
+        assert names == expected[1000:]
+        assert listing.restarts == 1 and store.listings == 2 and store.max_open == 1
+        # a recent cookie is served from the window, without a restart
+        tail = [name async for _, name, _ in listing.entries(len(expected) - 10)]
+        assert tail == expected[-10:] and listing.restarts == 1
+        await listing.aclose()
+        assert store.open_listings == 0
+    trio.run(main)
+
+
+class RecordingCache(ChunkCache):
+    """The real chunk cache, recording the chunk index of every prefetch asked for."""
+
+    def __init__(self, budget: int, nursery: trio.Nursery, prefetch_limit: int) -> None:
+        super().__init__(budget, nursery, prefetch_limit)
+        self.asked: list[tuple[int, ...]] = []
+
+    def prefetch(self, key, fetch) -> bool:  # type: ignore[no-untyped-def]
+        self.asked.append(key[2])
+        return super().prefetch(key, fetch)
+
+
+async def read_chunk_file(tree: Tree, path: str) -> bytes:
+    data = await read_all(await walk(tree, path))
+    await trio.testing.wait_all_tasks_blocked()  # let the prefetches run
+    return data
+
+
+def test_chunk_files_read_in_grid_order_prefetch_ahead() -> None:
+    async def main() -> None:
+        # 64 chunks of 256 KiB: the first window (1 MiB) is 4 chunks
+        ds = generated_dataset("d-row", (64,), (65536,))
+        flat = generated_dataset("d-2d", (3, 4), (256, 256))
+        async with trio.open_nursery() as nursery:
+            cache = RecordingCache(64 << 20, nursery, prefetch_limit=1000)
+            tree = Tree(catalog_with(row=ds, grid=flat), chunk_cache=cache)
+            asked = []
+            for i in [0, 1, 2, 3, 4, 40, 41]:
+                cache.asked.clear()
+                data = await read_chunk_file(tree, f"row/{i}")
+                assert np.frombuffer(data, "<f4")[0] == i
+                asked.append([j for (j,) in cache.asked])
+            assert asked == [
+                [],  # a first read: not yet sequential
+                [2, 3, 4, 5],  # 1 MiB ahead
+                list(range(6, 11)),  # 2 MiB ahead of chunk 2: up to 10
+                list(range(11, 20)),  # 4 MiB
+                list(range(20, 37)),  # 8 MiB
+                [],  # a jump: the window starts again
+                [42, 43, 44, 45],
+            ]
+            store = ds.store
+            assert isinstance(store, GeneratedChunks)
+            assert sorted(store.reads) == [(i,) for i in [*range(37), 40, 41, 42, 43, 44, 45]]
+            # a 2-D grid is read ahead in C order, across rows
+            cache.asked.clear()
+            await read_chunk_file(tree, "grid/0.0")
+            await read_chunk_file(tree, "grid/0.1")
+            assert cache.asked == [(0, 2), (0, 3), (1, 0), (1, 1)]
+            nursery.cancel_scope.cancel()
+    trio.run(main)
+
+
+def test_grid_readahead_resumes_after_a_refusal() -> None:
+    ds = generated_dataset("d-row", (64,), (65536,))
+    ahead = GridReadahead(cap=16 << 20)
+    accepted: list[int] = []
+    room = [2]
+
+    def start(index: tuple[int, ...]) -> bool:
+        if room[0] == 0:
+            return False
+        room[0] -= 1
+        accepted.append(index[0])
+        return True
+
+    assert ahead.on_read("k", ds, (0,), start) == 0
+    assert ahead.on_read("k", ds, (1,), start) == 2  # wanted 2..5, room for two
+    room[0] = 100
+    assert ahead.on_read("k", ds, (2,), start) == 7  # asks again from 4, up to 10
+    assert accepted == [2, 3, *range(4, 11)]
+    assert ahead.window("k") == 2 << 20
+    off = GridReadahead(cap=0)  # no chunk cache to read into: no readahead
+    for i in range(5):
+        assert off.on_read("k", ds, (i,), start) == 0
+
+
+def test_npy_prefetches_window_ahead_in_grid_order() -> None:
+    async def main() -> None:
+        # 64 MiB of float32, chunks of 64 KiB (16 rows x 1024 columns), grid 256 x 4
+        ds = generated_dataset("d-npy", (256, 4), (16, 1024))
+        store = ds.store
+        assert isinstance(store, GeneratedChunks)
+        expected = np.repeat(np.arange(1024, dtype="<f4").reshape(256, 4), 16, axis=0)
+        expected = np.repeat(expected, 1024, axis=1)
+        async with trio.open_nursery() as nursery:
+            cache = RecordingCache(256 << 20, nursery, prefetch_limit=10_000)
+            tree = Tree(catalog_with(npy=ds), views=[NpyView()], chunk_cache=cache)
+            node = await walk(tree, "npy.npy")
+            assert isinstance(node, FileNode)
+            handle = await node.open()
+            assert isinstance(handle, NpyHandle)
+            hlen = len(handle.header)
+            step = 128 << 10
+            row = 16 * 4096 * 4  # bytes of one row of chunks
+            leads: list[int] = []
+            offset = 0
+            for _ in range(5):  # windows: none, then 1, 2, 4 and 8 MiB
+                cache.asked.clear()
+                data = await handle.read(offset, step)
+                await trio.testing.wait_all_tasks_blocked()
+                got = np.frombuffer(data[max(0, hlen - offset):], "<f4")
+                first = max(0, offset - hlen) // 4
+                np.testing.assert_array_equal(got, expected.ravel()[first:first + got.size])
+                offset += step
+                assert cache.asked == sorted(cache.asked)  # grid order
+                if cache.asked:
+                    # how far past this read the last chunk row asked for ends
+                    leads.append((max(i for i, _ in cache.asked) + 1) * row - offset)
+            # each chunk was fetched once, whether prefetched or read
+            assert len(store.reads) == len(set(store.reads))
+            assert len(leads) == 4  # every read but the first asked for more
+            assert 1 << 20 <= leads[0] <= (1 << 20) + row
+            assert leads == sorted(leads) and leads[-1] >= 6 * leads[0]
+            # a jump (farther than the 8 MiB window): nothing asked; then the
+            # window starts small again
+            cache.asked.clear()
+            await handle.read(48 << 20, step)
+            assert cache.asked == []
+            await handle.read((48 << 20) + step, step)
+            rows = sorted({i for i, _ in cache.asked})
+            assert rows[0] * row <= (48 << 20) + 2 * step
+            assert (rows[-1] + 1) * row <= (48 << 20) + 2 * step + (1 << 20) + row
+            assert cache.asked == sorted(cache.asked)
+            nursery.cancel_scope.cancel()
+    trio.run(main)
+
+
+def test_meta_files_render_once_per_object_instance() -> None:
+    async def main() -> None:
+        catalog = make_catalog()
+        tree = Tree(catalog)
+        node = await walk(tree, "home/u/f.h5/g1/dset.json")
+        size = (await node.stat()).size
+        misses = tree.memo.misses
+        assert len(await read_all(node)) == size
+        await node.stat()
+        assert tree.memo.misses == misses  # stat, open and stat again: one render
+        # a refreshed object (a new instance from the catalog) renders again
+        old = catalog.objects["d-1"]
+        catalog.objects["d-1"] = dataclasses.replace(old, attrs=(Attribute("units", "m"),))
+        doc = json.loads(await read_all(node))
+        assert doc["attributes"] == {"units": "m"}
+        assert (await node.stat()).size == len(await read_all(node)) != size
+    trio.run(main)
+
+
+def test_group_lookups_reuse_one_name_index() -> None:
+    async def main() -> None:
+        links = {f"d{i:05d}": hard("d-x") for i in range(10_000)}
+        catalog = make_catalog()
+        catalog.objects["g-root"] = group("g-root", **links)
+        tree = Tree(catalog, views=[NpyView()])
+        root = await walk(tree, "home/u/f.h5")
+        assert isinstance(root, DirNode)
+        await root.lookup("d00000")
+        misses = tree.memo.misses
+        for i in range(0, 10_000, 7):
+            assert isinstance(await root.lookup(f"d{i:05d}.json"), FileNode)
+        with pytest.raises(NotFound):
+            await root.lookup("d99999")
+        assert tree.memo.misses == misses
+    trio.run(main)
+
+
+def test_walking_dataset_dirs_in_order_lists_them_ahead() -> None:
+    """ls -R over 200 datasets whose chunk listing takes 50 ms each: the next
+    ones are listed in the background, so the walk takes far less than 200
+    listings one after another; every dataset is listed from storage once."""
+    delay = 0.05
+    datasets = {f"d{i:03d}": generated_dataset(f"d-{i}", (2, 3), (4, 4), list_delay=delay)
+                for i in range(200)}
+
+    async def walk_all(tree: Tree) -> list[str]:
+        root = await tree.root()
+        names = []
+        async for _, name, node in root.open_listing().entries(0):
+            if isinstance(node, DirNode):
+                async for _, chunk, _ in node.open_listing().entries(0):
+                    names.append(f"{name}/{chunk}")
+        return names
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            tree = Tree(catalog_with(**datasets), chunk_cache=ChunkCache(1 << 20, nursery))
+            started = trio.current_time()
+            names = await walk_all(tree)
+            elapsed = trio.current_time() - started
+            assert len(names) == 200 * 8
+            assert elapsed < 200 * delay / 10, elapsed
+            assert all(ds.store.listings == 1 for ds in datasets.values())  # type: ignore[attr-defined]
+            # listed again (a second ls -R): from memory, no storage round trip
+            started = trio.current_time()
+            assert await walk_all(tree) == names
+            assert trio.current_time() == started
+            nursery.cancel_scope.cancel()
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+class SlowCatalog(MemoryCatalog):
+    """Every object takes ``delay`` seconds to fetch (a round trip), counted."""
+
+    def __init__(self, base: MemoryCatalog, delay: float) -> None:
+        super().__init__(base.domains, base.objects, base.folders, base.single_domain)
+        self.delay = delay
+        self.fetches = 0
+
+    async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
+        self.fetches += 1
+        await trio.sleep(self.delay)
+        return await super().get_object(domain, obj_id)
+
+
+def test_walking_groups_in_order_loads_them_ahead() -> None:
+    """ls -R over 60 groups of 5 datasets whose objects take 50 ms each to
+    fetch: the next groups' objects are fetched in the background."""
+    delay = 0.05
+    base = catalog_with()
+    groups = {}
+    for g in range(60):
+        links = {}
+        for d in range(5):
+            ds = generated_dataset(f"d-{g}-{d}", (1,), (4,))
+            base.objects[ds.id] = ds
+            links[f"d{d}"] = hard(ds.id)
+        base.objects[f"g-{g}"] = group(f"g-{g}", **links)
+        groups[f"g{g:02d}"] = hard(f"g-{g}")
+    base.objects["g-root"] = group("g-root", **groups)
+
+    async def main() -> None:
+        slow = SlowCatalog(base, delay)
+        async with trio.open_nursery() as nursery:
+            tree = Tree(CachedCatalog(slow, ttl=3600), chunk_cache=ChunkCache(1 << 20, nursery))
+            started = trio.current_time()
+            count = 0
+            async for _, _, node in (await tree.root()).open_listing().entries(0):
+                if isinstance(node, DirNode):
+                    async for _, _, child in node.open_listing().entries(0):
+                        count += 1
+                        await child.stat()
+            elapsed = trio.current_time() - started
+            # one after another: two round trips per group (itself, then its children)
+            assert count == 60 * (5 * 2 + 2)
+            assert elapsed < 60 * 2 * delay / 5, elapsed
+            assert slow.fetches == 1 + 60 * 6  # each object fetched once
+            nursery.cancel_scope.cancel()
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

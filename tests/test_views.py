@@ -39,7 +39,7 @@ from tests.h5compare import (
     mount_rel,
     walk_links,
 )
-from tests.mounting import fuse_available
+from tests.mounting import fuse_available, mounted
 
 pytestmark = pytest.mark.skipif(fuse_available() is not None,
                                 reason=f"no FUSE: {fuse_available()}")
@@ -754,3 +754,78 @@ def test_xarray_matches_netcdf4_engine(mnt: Path, hsds_bucket) -> None:
                 assert view[name].attrs.get("units") == ref[name].attrs.get("units"), name
             if decode_times:
                 assert np.issubdtype(view["time"].dtype, np.datetime64)
+
+
+# --------------------------------------------------------------------------- many chunks
+
+#: The dataset of the hand-written bucket: a 45 x 50 grid of 1 x 1 int32 chunks.
+MANY_SHAPE = (45, 50)
+#: HSDS ids of the hand-written domain (schema v2; the root's hex is rotated by 8).
+MANY_ROOT = "g-2a3b4c5d-6e7f8091-a2b3-c4d5e6-f70819"
+MANY_DSET = "d-2a3b4c5d-6e7f8091-0000-000000-000001"
+
+
+def many_stored(index: tuple[int, int]) -> bool:
+    """Which chunks the hand-written dataset stores: all but every seventh."""
+    return (index[0] * MANY_SHAPE[1] + index[1]) % 7 != 3
+
+
+def write_many_chunks_bucket(bucket: Path) -> None:
+    """An HSDS bucket written key by key (no server): ``home/admin/many.h5`` whose
+    ``/many`` has 2250 chunks, most of them stored, each holding its grid position."""
+    db = bucket / "db" / "2a3b4c5d-6e7f8091"
+    (bucket / "home" / "admin" / "many.h5").mkdir(parents=True)
+    (bucket / "home" / "admin" / "many.h5" / ".domain.json").write_text(json.dumps(
+        {"root": MANY_ROOT, "owner": "admin", "acls": {}, "created": 1.0,
+         "lastModified": 2.0}))
+    db.mkdir(parents=True)
+    (db / ".group.json").write_text(json.dumps(
+        {"id": MANY_ROOT, "root": MANY_ROOT, "created": 1.0, "lastModified": 2.0,
+         "links": {"many": {"class": "H5L_TYPE_HARD", "created": 1.0, "id": MANY_DSET}},
+         "attributes": {}}))
+    dset = db / "d" / "0000-000000-000001"
+    dset.mkdir(parents=True)
+    (dset / ".dataset.json").write_text(json.dumps(
+        {"id": MANY_DSET, "root": MANY_ROOT, "created": 1.0, "lastModified": 2.0,
+         "type": {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"},
+         "shape": {"class": "H5S_SIMPLE", "dims": list(MANY_SHAPE),
+                   "maxdims": list(MANY_SHAPE)},
+         "attributes": {},
+         "creationProperties": {"layout": {"class": "H5D_CHUNKED", "dims": [1, 1]}}}))
+    for index in np.ndindex(*MANY_SHAPE):
+        if many_stored(index):
+            value = index[0] * MANY_SHAPE[1] + index[1]
+            (dset / f"{index[0]}_{index[1]}").write_bytes(np.int32(value).tobytes())
+
+
+@pytest.fixture(scope="module")
+def many_mnt(tmp_path_factory) -> Iterator[Path]:
+    base = tmp_path_factory.mktemp("many")
+    write_many_chunks_bucket(base / "bucket")
+    with mounted(base / "bucket", base / "mp") as mp:
+        yield mp / "home/admin/many.h5"
+
+
+def test_many_chunks_listed_once_each(many_mnt: Path) -> None:
+    """A dataset directory longer than one readdir reply (and than the listing's
+    window) lists every stored chunk exactly once, and nothing else."""
+    names = os.listdir(many_mnt / "many")
+    stored = {f"{i}.{j}" for i, j in np.ndindex(*MANY_SHAPE) if many_stored((i, j))}
+    assert len(names) == len(set(names)) == len(stored) + 2
+    assert set(names) == stored | {".zarray", ".zattrs"}
+    # a second reader of the same directory, reading it in small pieces, agrees
+    with os.scandir(many_mnt / "many") as it:
+        assert sorted(e.name for e in it) == sorted(names)
+
+
+def test_many_chunks_read_in_grid_order(many_mnt: Path) -> None:
+    """Chunk files read one after another in grid order (the daemon reads ahead)
+    hold their values, and the .npy shows the unstored ones as the fill value."""
+    expected = np.arange(MANY_SHAPE[0] * MANY_SHAPE[1], dtype="<i4").reshape(MANY_SHAPE)
+    for index in np.ndindex(*MANY_SHAPE):
+        if many_stored(index):
+            data = (many_mnt / "many" / f"{index[0]}.{index[1]}").read_bytes()
+            assert np.frombuffer(data, "<i4")[0] == expected[index]
+        else:
+            expected[index] = 0
+    np.testing.assert_array_equal(np.load(many_mnt / "many.npy"), expected)
