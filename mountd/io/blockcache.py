@@ -452,14 +452,7 @@ class BlockCache:
             del self._heads[ok]
             flight.done.set()
         # No await from here on; waiters run only after this returns.
-        obj = self._objects.get(ok)
-        if obj is not None and obj.info.etag != info.etag:
-            self._invalidate(ok, obj.info.etag)
-            obj = None
-        if obj is None:
-            self._remember(ok, info)
-        else:
-            obj.info, obj.validated = info, self._clock()
+        self._record(ok, info)
         return info
 
     def _accept(self, ok: ObjKey, etag: str | None, info: ObjectInfo) -> bool:
@@ -470,14 +463,19 @@ class BlockCache:
                 return False  # the object moved on while this was fetched
             obj.validated = self._clock()
             return True
+        self._record(ok, info)
+        return True
+
+    def _record(self, ok: ObjKey, info: ObjectInfo) -> None:
+        """Take ``info`` as the object's state now: blocks of another etag are dropped."""
+        obj = self._objects.get(ok)
         if obj is not None and obj.info.etag != info.etag:
             self._invalidate(ok, obj.info.etag)
             obj = None
         if obj is None:
             self._remember(ok, info)
         else:
-            obj.validated = self._clock()
-        return True
+            obj.info, obj.validated = info, self._clock()
 
     def _remember(self, ok: ObjKey, info: ObjectInfo) -> None:
         self._objects[ok] = _Object(info, self._clock())
