@@ -20,6 +20,8 @@ import pytest
 import trio
 
 from mountd.errors import Changed, NotFound
+from mountd.io.blockcache import BlockCache
+from mountd.io.cached import CachedStore
 from mountd.io.local import LocalStore
 from mountd.io.s3 import S3Options, open_s3
 from mountd.io.store import ByteRange, Store
@@ -118,9 +120,26 @@ def s3_backend(request: pytest.FixtureRequest, tmp: Path) -> Backend:
     return S3Backend(moto, BUCKET, PREFIX)
 
 
+class CachedS3Backend(S3Backend):
+    """The S3 store behind the block cache, trusting nothing it cached (``validate_ttl=0``):
+    every answer must be what S3 holds now, an overwritten object included."""
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Store]:
+        async with super().open() as inner:
+            yield CachedStore(inner, BlockCache(1 << 20, validate_ttl=0, block_size=16))
+
+
+def cached_s3_backend(request: pytest.FixtureRequest, tmp: Path) -> Backend:
+    plain = s3_backend(request, tmp)
+    assert isinstance(plain, S3Backend)
+    return CachedS3Backend(plain.moto, plain.bucket, plain.prefix)
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Backend]] = {
     "local": local_backend,
     "s3": s3_backend,
+    "cached-s3": cached_s3_backend,
 }
 
 
