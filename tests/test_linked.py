@@ -641,27 +641,42 @@ def test_large_chunks_decode_in_worker_threads(linked_bucket: LinkedBucket,
 @pytest.mark.hsds
 @pytest.mark.mount
 @pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE: {fuse_available()}")
+def check_linked_mount(mp: Path, linked_bucket: LinkedBucket) -> None:
+    """Every linked ``.npy`` on the mount equals h5py; the sidecars keep the layouts."""
+    with h5py.File(linked_bucket.files / "linked.h5") as f:
+        for path, cls in LINKED_CLASSES.items():
+            if cls is None:
+                continue
+            got = np.load(mp / LINKED / mount_file(path, ".npy"))
+            assert got.dtype == f[path].dtype and got.tobytes() == f[path][...].tobytes(), path
+            side = json.loads((mp / LINKED / mount_file(path, ".json")).read_text())
+            assert side["hdf5"]["layout"]["class"] == cls, path
+    image = np.load(mp / IMAGE / "h5image.npy")
+    assert image.tobytes() == (linked_bucket.files / "image.h5").read_bytes()
+    for name, spec in linked_bucket.rest.items():
+        npy = mp / REST / f"{name}.npy"
+        if name == "unknown_filter":
+            with pytest.raises(OSError):
+                np.load(npy)
+            assert json.loads((mp / REST / f"{name}.json").read_text())["shape"] == [300, 400]
+            continue
+        assert np.load(npy).tobytes() == spec.expect.tobytes(), name
+
+
 def test_mounted_linked_npy(linked_bucket: LinkedBucket, tmp_path: Path) -> None:
     """Through a real mount (POSIX ``file_uri`` resolver of ``mountd.sources``)."""
     with mounted(linked_bucket.bucket_dir, tmp_path / "mnt") as mp:
-        with h5py.File(linked_bucket.files / "linked.h5") as f:
-            for path, cls in LINKED_CLASSES.items():
-                if cls is None:
-                    continue
-                got = np.load(mp / LINKED / mount_file(path, ".npy"))
-                assert got.dtype == f[path].dtype and got.tobytes() == f[path][...].tobytes(), path
-                side = json.loads((mp / LINKED / mount_file(path, ".json")).read_text())
-                assert side["hdf5"]["layout"]["class"] == cls, path
-        image = np.load(mp / IMAGE / "h5image.npy")
-        assert image.tobytes() == (linked_bucket.files / "image.h5").read_bytes()
-        for name, spec in linked_bucket.rest.items():
-            npy = mp / REST / f"{name}.npy"
-            if name == "unknown_filter":
-                with pytest.raises(OSError):
-                    np.load(npy)
-                assert json.loads((mp / REST / f"{name}.json").read_text())["shape"] == [300, 400]
-                continue
-            assert np.load(npy).tobytes() == spec.expect.tobytes(), name
+        check_linked_mount(mp, linked_bucket)
+
+
+def test_mounted_linked_npy_on_s3(linked_bucket: LinkedBucket, moto, tmp_path: Path) -> None:
+    """The same bucket copied key for key onto S3 (the HDF5 files too): ``file_uri``
+    ``linktest/files/...`` is read from that bucket through the block cache."""
+    moto.create_bucket(BUCKET)
+    moto.upload_dir(linked_bucket.bucket_dir, BUCKET)
+    with mounted(f"s3://{BUCKET}", tmp_path / "mnt", "--endpoint-url", moto.endpoint,
+                 env=moto.env()) as mp:
+        check_linked_mount(mp, linked_bucket)
 
 
 # --------------------------------------------------------------------------- units
