@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numcodecs
 import numpy as np
 
-from layouts.hsds_types import FormatError
+from layouts.hsds_chunks import filter_classes
 from mountd.errors import Corrupt
 
 FLETCHER32_SIZE = 4
@@ -48,9 +47,6 @@ _LZ4_HEADER = struct.Struct(">qi")
 _LZ4_BLOCK = struct.Struct(">i")
 _ZSTD_MAGIC = 0xFD2FB528
 
-_BY_ID = {1: "H5Z_FILTER_DEFLATE", 2: "H5Z_FILTER_SHUFFLE", 3: "H5Z_FILTER_FLETCHER32",
-          32001: "H5Z_FILTER_BLOSC", 32004: "H5Z_FILTER_LZ4", 32015: "H5Z_FILTER_ZSTD"}
-_KNOWN = {*_BY_ID.values(), "H5Z_FILTER_NONE"}
 _COMPRESSORS = {"H5Z_FILTER_DEFLATE": "deflate", "H5Z_FILTER_BLOSC": "blosc",
                 "H5Z_FILTER_LZ4": "lz4", "H5Z_FILTER_ZSTD": "zstd"}
 
@@ -68,23 +64,14 @@ class Pipeline:
 
 def pipeline(filters: Any) -> Pipeline:
     """Interpret HSDS filter JSON (a list of ``{class, id, name, ...}``)."""
-    if filters is None:
-        return Pipeline()
-    if not isinstance(filters, list):
-        raise FormatError("filters must be a list")
     fletcher32 = shuffle = False
     compressor: str | None = None
     unknown: str | None = None
-    for item in filters:
-        if not isinstance(item, Mapping):
-            raise FormatError(f"filter must be an object, got {item!r}")
-        cls = item.get("class")
-        fid = item.get("id")
-        if cls not in _KNOWN:
-            cls = _BY_ID.get(fid) if isinstance(fid, int) and not isinstance(fid, bool) else None
+    for named, item in filter_classes(filters):
         name = item.get("name")
-        if cls == "H5Z_FILTER_SHUFFLE" and name not in (None, "shuffle"):
-            cls = None  # HSDS spells bitshuffle as a shuffle filter named "bitshuffle"
+        # HSDS spells bitshuffle as a shuffle filter named "bitshuffle".
+        bitshuffle = named == "H5Z_FILTER_SHUFFLE" and name not in (None, "shuffle")
+        cls = None if bitshuffle else named
         if cls == "H5Z_FILTER_NONE":
             continue
         if cls == "H5Z_FILTER_FLETCHER32":
@@ -94,7 +81,7 @@ def pipeline(filters: Any) -> Pipeline:
         elif cls in _COMPRESSORS and compressor is None:
             compressor = _COMPRESSORS[cls]
         elif unknown is None:
-            unknown = f"{item.get('class')} (id {fid}, name {name})"
+            unknown = f"{item.get('class')} (id {item.get('id')}, name {name})"
     return Pipeline(fletcher32, compressor, shuffle, unknown)
 
 

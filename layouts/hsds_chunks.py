@@ -65,6 +65,7 @@ _CLASS_BY_ID = {0: "H5Z_FILTER_NONE", 1: "H5Z_FILTER_DEFLATE", 2: "H5Z_FILTER_SH
                 32000: "H5Z_FILTER_LZF", 32001: "H5Z_FILTER_BLOSC", 32003: "H5Z_FILTER_SNAPPY",
                 32004: "H5Z_FILTER_LZ4", 32005: "H5Z_FILTER_LZ4HC",
                 32008: "H5Z_FILTER_BITSHUFFLE", 32015: "H5Z_FILTER_ZSTD"}
+_KNOWN_CLASSES = frozenset(_CLASS_BY_ID.values())
 _BLOSC_HEADER = struct.Struct("<BBBBIII")
 _ITEM_COUNT = struct.Struct("<I")
 
@@ -81,21 +82,33 @@ class FilterPlan:
     unknown: str | None = None
 
 
-def filter_plan(filters: Any) -> FilterPlan:
-    """Interpret HSDS filter JSON (a list of ``{class, id, name, ...}``)."""
+def filter_classes(filters: Any) -> list[tuple[str | None, Mapping[str, Any]]]:
+    """Each filter of HSDS filter JSON (a list of ``{class, id, name, ...}``) with its
+    ``H5Z_FILTER_*`` class: its ``class`` when that names a known filter, else the
+    class of its numeric ``id``, else None. Shared by the HSDS chunk reader here
+    and the HDF5 chunk reader of linked datasets (``layouts.h5filters``)."""
     if filters is None:
-        return FilterPlan()
+        return []
     if not isinstance(filters, list):
         raise FormatError("filters must be a list")
-    compressed = deflate = shuffle = bitshuffle = False
-    unknown = None
+    out: list[tuple[str | None, Mapping[str, Any]]] = []
     for item in filters:
         if not isinstance(item, Mapping):
             raise FormatError(f"filter must be an object, got {item!r}")
         cls = item.get("class")
-        if cls not in _NOOP | _COMPRESSORS | {"H5Z_FILTER_SHUFFLE", "H5Z_FILTER_BITSHUFFLE"}:
+        if cls not in _KNOWN_CLASSES:
             fid = item.get("id")
-            cls = _CLASS_BY_ID.get(fid) if isinstance(fid, int) else None
+            cls = _CLASS_BY_ID.get(fid) if isinstance(fid, int) and not isinstance(fid, bool) \
+                else None
+        out.append((cls, item))
+    return out
+
+
+def filter_plan(filters: Any) -> FilterPlan:
+    """Interpret HSDS filter JSON (a list of ``{class, id, name, ...}``)."""
+    compressed = deflate = shuffle = bitshuffle = False
+    unknown = None
+    for cls, item in filter_classes(filters):
         if cls in _COMPRESSORS:
             compressed = True
             deflate = deflate or cls == "H5Z_FILTER_DEFLATE"
