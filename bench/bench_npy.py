@@ -858,7 +858,7 @@ def machine_facts() -> dict[str, str]:
     }
 
 
-def _cpu_summary(case: Case) -> str:
+def cpu_summary(case: Case) -> str:
     """Median CPU seconds per process kind over the case's runs, e.g. "h5mount 4.9 s, cat 0.3 s"."""
     names = sorted({name for run in case.cpu for name in run})
     parts = []
@@ -947,7 +947,7 @@ def report_section(cases: dict[str, Case], ctx: Context, command: str,
         "with and without touching 2.5 GiB of memory just before (`--prefault-gib 2.5`).")
     for case in cases.values():
         lines.extend(f"- {case.label}: {note}" for note in case.notes)
-        cpu = _cpu_summary(case)
+        cpu = cpu_summary(case)
         if cpu:
             lines.append(f"- {case.label}: CPU per run (medians): {cpu}, over "
                          f"{statistics.median(case.seconds):.2f} s of wall time")
@@ -1040,6 +1040,22 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             log.error("a mount under %s is still there; workdir kept", workdir)
 
 
+def add_quiet_options(parser: argparse.ArgumentParser, *, max_busy: float,
+                      quiet_timeout: float, retries: int) -> None:
+    """The options of ``Context``'s guard against other work on the machine."""
+    parser.add_argument("--max-busy", type=float, default=max_busy,
+                        help="start a timed run only when the CPUs are at most this busy "
+                             f"(fraction, default {max_busy})")
+    parser.add_argument("--quiet-timeout", type=float, default=quiet_timeout,
+                        help="longest wait for quiet CPUs before a run, s "
+                             f"(default {quiet_timeout:g})")
+    parser.add_argument("--max-other", type=float, default=0.10,
+                        help="redo a run if other work used more than this fraction of the "
+                             "CPUs during it (default 0.10)")
+    parser.add_argument("--retries", type=int, default=retries,
+                        help=f"how often a disturbed run is redone (default {retries})")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     argv = sys.argv[1:] if argv is None else argv
@@ -1055,16 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefault-gib", type=float, default=0.0,
                         help="GiB of memory to touch and free before each timed run "
                              "(default 0: off; see prefault())")
-    parser.add_argument("--max-busy", type=float, default=0.15,
-                        help="start a timed run only when the CPUs are at most this busy "
-                             "(fraction, default 0.15)")
-    parser.add_argument("--quiet-timeout", type=float, default=600.0,
-                        help="longest wait for quiet CPUs before a run, s (default 600)")
-    parser.add_argument("--max-other", type=float, default=0.10,
-                        help="redo a run if other work used more than this fraction of the "
-                             "CPUs during it (default 0.10)")
-    parser.add_argument("--retries", type=int, default=3,
-                        help="how often a disturbed run is redone (default 3)")
+    add_quiet_options(parser, max_busy=0.15, quiet_timeout=600.0, retries=3)
     parser.add_argument("-o", dest="mount_options", default=None,
                         help="h5mount -o options for the mount cases (e.g. chunk_cache=2G)")
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC,

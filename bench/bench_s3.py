@@ -132,17 +132,10 @@ class Run:
 
 def find_moto_pid(moto: MotoServer) -> int | None:
     """The pid of the ``moto_server`` process listening on ``moto.port``."""
-    wanted = [b"moto_server", str(moto.port).encode()]
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(arg.endswith(wanted[0]) for arg in argv) and wanted[1] in argv:
-            return int(entry)
-    return None
+    port = str(moto.port).encode()
+    found = mounting.pids_where(
+        lambda argv: port in argv and any(arg.endswith(b"moto_server") for arg in argv))
+    return found[0] if found else None
 
 
 def vm_hwm_mib(pid: int) -> float:
@@ -508,16 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (default 3)")
     parser.add_argument("-o", dest="options", default=DEFAULT_OPTIONS,
                         help=f"h5mount -o options (default {DEFAULT_OPTIONS})")
-    parser.add_argument("--max-busy", type=float, default=0.2,
-                        help="start a timed run only when the CPUs are at most this busy "
-                             "(fraction, default 0.2)")
-    parser.add_argument("--quiet-timeout", type=float, default=10.0,
-                        help="longest wait for quiet CPUs before a run, s (default 10)")
-    parser.add_argument("--max-other", type=float, default=0.10,
-                        help="redo a run if other work used more than this fraction of the "
-                             "CPUs during it (default 0.10)")
-    parser.add_argument("--retries", type=int, default=1,
-                        help="how often a disturbed run is redone (default 1)")
+    bench_npy.add_quiet_options(parser, max_busy=0.2, quiet_timeout=10.0, retries=1)
     parser.add_argument("--h5pyd-repeat", type=int, default=1,
                         help="timed h5pyd reads, each through a fresh HSDS (default 1: "
                              "about 25 s each)")

@@ -86,17 +86,6 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) ->
     return "\n".join(fmt.format(*row) for row in [head, *rows])
 
 
-def cpu_summary(case: Case) -> str:
-    """Median CPU seconds per process over the case's runs, e.g. "h5mount 4.9 s, moto 1.2 s"."""
-    names = sorted({name for run in case.cpu for name in run})
-    parts = []
-    for name in names:
-        seconds = statistics.median(run.get(name, 0.0) for run in case.cpu)
-        if seconds >= 0.02:
-            parts.append(f"{name} {seconds:.2f} s")
-    return ", ".join(parts)
-
-
 def machine_facts() -> dict[str, str]:
     """``bench_npy``'s machine facts, with the S3 stack's versions added."""
     facts = bench_npy.machine_facts()
@@ -209,7 +198,7 @@ class Report:
                 notes.append(f"{case.label}: {len(busy)} run(s) started after the wait with "
                              f"the CPUs still busy with other work (up to {peak}%)")
             notes.extend(f"{case.label}: {note}" for note in case.notes if note not in busy)
-            cpu = cpu_summary(case)
+            cpu = bench_npy.cpu_summary(case)
             if cpu:
                 notes.append(f"{case.label}: CPU per run (medians): {cpu}, over "
                              f"{statistics.median(case.seconds):.2f} s of wall time")

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 H5MOUNT = [sys.executable, "-m", "mountd.cli"]
@@ -50,19 +50,25 @@ def unmount(path: Path) -> None:
         subprocess.run(["fusermount3", "-u", "-z", str(path)], check=False, capture_output=True)
 
 
-def daemon_pids(mountpoint: Path) -> list[int]:
-    """PIDs of h5mount daemons serving ``mountpoint``."""
+def pids_where(match: Callable[[list[bytes]], bool]) -> list[int]:
+    """PIDs of the processes whose argv (from /proc) ``match`` accepts."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"mountd.cli" in cmdline and str(mountpoint).encode() in cmdline:
+        if match(argv):
             pids.append(int(entry))
     return pids
+
+
+def daemon_pids(mountpoint: Path) -> list[int]:
+    """PIDs of h5mount daemons serving ``mountpoint``."""
+    where = str(mountpoint).encode()
+    return pids_where(lambda argv: b"mountd.cli" in argv and where in argv)
 
 
 def wait_gone(mountpoint: Path, timeout: float = 15) -> bool:
