@@ -5,6 +5,12 @@ and the directory of reference content and returns a ``Backend``: a way to
 open the store (an async context manager, entered inside each test's
 ``trio.run``) and a way to replace an object behind its back. To run the whole
 class over another store (a cache wrapped around S3, say), add a builder.
+
+The HTTP backends serve the same files from ``tests/http_server.py``: as a
+full server (ranges, ETags), behind the block cache, and as a plain server
+(no Range support, no ETags), so the client's fallbacks give the same answers. HTTP has no
+listing, so for them (``lists = False``) the listing tests check that every
+listing call fails with ``StorageError`` instead.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ from typing import Protocol
 import pytest
 import trio
 
-from mountd.errors import Changed, NotFound
+from mountd.errors import Changed, NotFound, StorageError
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
+from mountd.io.http import HttpOptions, open_http
 from mountd.io.local import LocalStore
 from mountd.io.s3 import S3Options, open_s3
 from mountd.io.store import ByteRange, Store
+from tests.http_server import RangeHttpServer
 from tests.moto_server import MotoServer
 
 #: More keys than one S3 listing page (1000) under one prefix.
@@ -65,7 +73,10 @@ def aws_environment(moto: MotoServer, scratch: Path) -> Iterator[None]:
 
 
 class Backend(Protocol):
-    """A store over ``FILES``, and a way to overwrite one object behind it."""
+    """A store over ``FILES``, and a way to overwrite one object behind it;
+    ``lists`` says whether the store can list."""
+
+    lists: bool
 
     def open(self) -> AbstractAsyncContextManager[Store]: ...
 
@@ -73,6 +84,8 @@ class Backend(Protocol):
 
 
 class LocalBackend:
+    lists = True
+
     def __init__(self, root: Path) -> None:
         self.root = root
 
@@ -85,6 +98,8 @@ class LocalBackend:
 
 
 class S3Backend:
+    lists = True
+
     def __init__(self, moto: MotoServer, bucket: str, prefix: str) -> None:
         self.moto = moto
         self.bucket = bucket
@@ -97,6 +112,21 @@ class S3Backend:
 
     def put(self, key: str, data: bytes) -> None:
         self.moto.client().put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+
+
+class HttpBackend:
+    lists = False
+
+    def __init__(self, server: RangeHttpServer) -> None:
+        self.server = server
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Store]:
+        async with open_http(HttpOptions(timeout=20)) as conn:
+            yield conn.store(self.server.url)
+
+    def put(self, key: str, data: bytes) -> None:
+        (self.server.root / key).write_bytes(data)
 
 
 def _write(root: Path) -> Path:
@@ -136,10 +166,39 @@ def cached_s3_backend(request: pytest.FixtureRequest, tmp: Path) -> Backend:
     return CachedS3Backend(plain.moto, plain.bucket, plain.prefix)
 
 
+class CachedHttpBackend(HttpBackend):
+    """The HTTP store behind the block cache, trusting nothing it cached (``validate_ttl=0``)."""
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Store]:
+        async with super().open() as inner:
+            yield CachedStore(inner, BlockCache(1 << 20, validate_ttl=0, block_size=16))
+
+
+def http_backend(request: pytest.FixtureRequest, tmp: Path, **options: bool) -> Backend:
+    server = RangeHttpServer(_write(tmp / "http"), **options)
+    server.start()
+    request.addfinalizer(server.stop)
+    return HttpBackend(server)
+
+
+def plain_http_backend(request: pytest.FixtureRequest, tmp: Path) -> Backend:
+    return http_backend(request, tmp, etags=False, ranges=False)
+
+
+def cached_http_backend(request: pytest.FixtureRequest, tmp: Path) -> Backend:
+    plain = http_backend(request, tmp)
+    assert isinstance(plain, HttpBackend)
+    return CachedHttpBackend(plain.server)
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Backend]] = {
     "local": local_backend,
     "s3": s3_backend,
     "cached-s3": cached_s3_backend,
+    "http": http_backend,
+    "http-plain": plain_http_backend,
+    "cached-http": cached_http_backend,
 }
 
 
@@ -170,6 +229,16 @@ def run(backend: Backend, test: Callable[[Store], Awaitable[None]]) -> None:
 
 async def collect(items: AsyncIterator[str]) -> list[str]:
     return [item async for item in items]
+
+
+async def cannot_list(store: Store, prefix: str) -> None:
+    """Every listing call on ``prefix`` fails with ``StorageError`` (HTTP cannot list)."""
+    with pytest.raises(StorageError, match="cannot list"):
+        await store.list_dir(prefix)
+    with pytest.raises(StorageError, match="cannot list"):
+        await collect(store.iter_dir(prefix))
+    with pytest.raises(StorageError, match="cannot list"):
+        await collect(store.iter_keys(prefix))
 
 
 async def take(items: AsyncIterator[str], limit: int) -> list[str]:
@@ -246,6 +315,9 @@ class TestStoreConformance:
                     await store.head(key)
                 assert not await store.exists(key)
             for prefix in ("nope/", "a.bin/", "dir/nope/"):
+                if not backend.lists:  # no listing over HTTP: not even of a missing prefix
+                    await cannot_list(store, prefix)
+                    continue
                 with pytest.raises(NotFound):
                     await store.list_dir(prefix)
                 with pytest.raises(NotFound):
@@ -261,6 +333,10 @@ class TestStoreConformance:
 
     def test_list_dir(self, backend: Backend) -> None:
         async def test(store: Store) -> None:
+            if not backend.lists:  # HTTP servers have no listing to test
+                for prefix in ("", "dir/", "many/"):
+                    await cannot_list(store, prefix)
+                return
             top = await store.list_dir("")
             assert sorted(top.prefixes) == ["dir/", "many/"]
             assert sorted(top.keys) == ["a.bin", "empty.bin", "mutable.bin"]
@@ -273,6 +349,10 @@ class TestStoreConformance:
 
     def test_iter_dir_pages(self, backend: Backend) -> None:
         async def test(store: Store) -> None:
+            if not backend.lists:  # HTTP servers have no listing to test
+                for prefix in ("", "dir/", "many/"):
+                    await cannot_list(store, prefix)
+                return
             names = await collect(store.iter_dir("many/"))
             assert len(names) == len(set(names)) == len(MANY_NAMES)
             assert set(names) == MANY_NAMES
@@ -284,6 +364,10 @@ class TestStoreConformance:
 
     def test_iter_keys(self, backend: Backend) -> None:
         async def test(store: Store) -> None:
+            if not backend.lists:  # HTTP servers have no listing to test
+                for prefix in ("", "dir/", "many/"):
+                    await cannot_list(store, prefix)
+                return
             assert set(await collect(store.iter_keys(""))) == set(FILES)
             assert sorted(await collect(store.iter_keys("dir/"))) == [
                 "dir/sub/deeper/z.txt", "dir/sub/y.txt", "dir/x.txt"]
