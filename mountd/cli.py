@@ -17,16 +17,24 @@ from mountd.config import MountConfig, OptionError, apply_options
 DESCRIPTION = """\
 Mount HDF5 data read-only as a POSIX tree.
 
-SOURCE is an HSDS bucket, either
-  - a local directory (the one that contains db/ and the domain folders,
-    i.e. ROOT_DIR/BUCKET as written by `hsds --root_dir ROOT_DIR`), or
-  - s3://BUCKET[/PREFIX] on AWS S3 or any S3-compatible store (see
-    --endpoint-url). Credentials come from the usual AWS chain: the
-    AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment variables, --profile
-    or AWS_PROFILE, ~/.aws/credentials and ~/.aws/config; --anon for public
-    buckets. Remote reads go through a block cache (-o cache_size, and
-    -o cache_dir for a persistent one) with sequential readahead, and are
-    retried on throttling, 5xx and resets for at most -o timeout seconds.
+SOURCE is one of
+  - an HSDS bucket in a local directory (the one that contains db/ and the
+    domain folders, i.e. ROOT_DIR/BUCKET as written by
+    `hsds --root_dir ROOT_DIR`);
+  - an HSDS bucket at s3://BUCKET[/PREFIX] on AWS S3 or any S3-compatible
+    store (see --endpoint-url). Credentials come from the usual AWS chain:
+    the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment variables,
+    --profile or AWS_PROFILE, ~/.aws/credentials and ~/.aws/config; --anon
+    for public buckets;
+  - a LINDI or kerchunk reference file describing one HDF5 file: a path or
+    http(s):// URL of a .lindi.json or kerchunk .json file, a .lindi.tar, or
+    a .lindi.d directory. The mount root is the file's root group. Its refs
+    may point into local files (read from disk) or http(s) URLs (read with
+    HTTP Range requests). A reference file fetched over http(s) may not
+    read local files unless -o allow_local_refs is given (EACCES).
+Remote reads (S3, http) go through a block cache (-o cache_size, and
+-o cache_dir for a persistent one) with sequential readahead, and are
+retried on throttling, 5xx and resets for at most -o timeout seconds.
 
 Groups become directories, datasets become directories of decoded chunk
 files, every object has a P.json sidecar, every dataset of fixed-size type
@@ -62,6 +70,8 @@ mount options (-o, comma separated, mount(8) style):
                        included, before the reader gets EIO (default: 30)
   endpoint_url=URL, region=NAME, profile=NAME, anon
                        the same as the S3 options above, for fstab
+  allow_local_refs     let a reference file fetched over http(s) point at
+                       local files (refused with EACCES by default)
   nosuid,nodev,noexec,noatime
                        passed to the kernel
   defaults,auto,noauto,nofail,_netdev,user,users,x-*
@@ -76,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="h5mount", description=DESCRIPTION, epilog=OPTIONS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", metavar="SOURCE", help="HSDS bucket directory or s3://BUCKET[/PREFIX]")
+    parser.add_argument("source", metavar="SOURCE",
+                        help="HSDS bucket directory, s3://BUCKET[/PREFIX], or a LINDI/kerchunk "
+                             "reference file (path or http(s) URL)")
     parser.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     parser.add_argument("-f", "--foreground", action="store_true",
                         help="stay in the foreground and log to stderr")

@@ -41,6 +41,7 @@ class MountConfig:
     region: str | None = None
     profile: str | None = None
     anon: bool = False
+    allow_local_refs: bool = False
     kernel_options: list[str] = field(default_factory=list)
     log_level: str = "WARNING"
     log_file: str | None = None
@@ -126,6 +127,8 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 setattr(config, name, val)
             elif name == "anon":
                 config.anon = True
+            elif name == "allow_local_refs":
+                config.allow_local_refs = True
             elif name == "rw":
                 raise OptionError("h5mount mounts are read-only; option rw is not supported")
             elif name in _KERNEL:

@@ -7,11 +7,19 @@ served. It runs once before mounting, so an unknown or unreadable source is
 refused with one clear message (``SourceError``).
 
 Remote objects are read through one ``BlockCache`` shared by every store of
-the mount: the bucket itself and the HDF5 files that linked datasets point
-into (``file_uri``). The daemon gives the cache its background nursery.
+the mount: the bucket itself, the HDF5 files that linked datasets point
+into (``file_uri``), and the http(s) URLs a reference file's refs name (one
+cache entry per URL, so two reference files into one HDF5 file share
+blocks). Local files are read from disk directly; the page cache serves them.
+The daemon gives the cache its background nursery.
 
-Concurrency: the ``file_uri`` resolver only builds and memoises store
-objects (no ``await``), so tasks may call it freely.
+The security rule for reference files lives here, in their ``OpenUri``: a
+reference file fetched over http(s) may only read http(s) URLs; a local path
+or ``file://`` ref in it is refused with ``Forbidden`` (EACCES, logged once
+per location) unless ``-o allow_local_refs``. Other schemes are refused.
+
+Concurrency: the ``OpenUri`` resolvers only build and memoise store objects
+(no ``await``), so tasks may call them freely.
 """
 
 from __future__ import annotations
@@ -25,12 +33,16 @@ from pathlib import Path
 
 from layouts.hsds import HsdsCatalog, probe
 from layouts.hsds_linked import OpenUri
+from layouts.lindi import RefCatalog
+from layouts.lindi_external import H5ExternalArrays
+from layouts.lindi_refs import RefFormatError, load_reference
 from layouts.model import Catalog
 from mountd.config import MountConfig
-from mountd.errors import MountError, NotFound, SourceError, StorageError
+from mountd.errors import Forbidden, MountError, NotFound, SourceError, StorageError
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
 from mountd.io.diskcache import DiskCache
+from mountd.io.http import HttpConnection, HttpOptions, open_http
 from mountd.io.local import LocalStore
 from mountd.io.s3 import S3Connection, S3Options, open_s3, parse_s3_url
 from mountd.io.store import Store
@@ -61,13 +73,19 @@ async def open_source(config: MountConfig) -> AsyncIterator[Source]:
         async with _open_s3(config) as opened:
             yield opened
         return
+    if source.startswith(("http://", "https://")):
+        async with _open_reference(config) as opened:
+            yield opened
+        return
     if "://" in source:
         scheme = source.split("://", 1)[0]
-        raise SourceError(f"{source}: {scheme}:// sources are not supported yet")
+        raise SourceError(f"{source}: {scheme}:// sources are not supported")
     if not os.path.exists(source):
         raise SourceError(f"{source}: no such file or directory")
-    if not os.path.isdir(source):
-        raise SourceError(f"{source}: not an HSDS bucket directory")
+    if not os.path.isdir(source) or os.path.exists(os.path.join(source, "lindi.json")):
+        async with _open_reference(config) as opened:
+            yield opened
+        return
     store = LocalStore(source)
     catalog = await _bucket_catalog(source, store, config.domain, _posix_opener(source))
     yield Source(catalog)
@@ -78,8 +96,7 @@ async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
     bucket, prefix = parse_s3_url(config.source)
     options = S3Options(endpoint_url=config.endpoint_url, region=config.region,
                         profile=config.profile, anon=config.anon, timeout=config.timeout)
-    cache = BlockCache(config.cache_size, validate_ttl=config.metadata_ttl,
-                       disk=_disk_cache(config))
+    cache = _block_cache(config)
     if cache.disk is not None:
         await cache.disk.load()
     async with open_s3(options) as connection:
@@ -88,6 +105,65 @@ async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
                                         _s3_opener(connection, cache))
         log.info("reading %s through a %d MiB block cache", store.url, config.cache_size >> 20)
         yield Source(catalog, cache)
+
+
+def _block_cache(config: MountConfig) -> BlockCache:
+    return BlockCache(config.cache_size, validate_ttl=config.metadata_ttl,
+                      disk=_disk_cache(config))
+
+
+@asynccontextmanager
+async def _open_reference(config: MountConfig) -> AsyncIterator[Source]:
+    """A LINDI or kerchunk reference file (path, URL, ``.lindi.tar`` or ``.lindi.d``)."""
+    source = config.source
+    if config.domain is not None:
+        raise SourceError(f"{source}: --domain applies to HSDS buckets, not reference files")
+    remote = source.startswith(("http://", "https://"))
+    cache = _block_cache(config)
+    if cache.disk is not None:
+        await cache.disk.load()
+    async with open_http(HttpOptions(timeout=config.timeout)) as http:
+        try:
+            table = await load_reference(source, _ref_opener(http, cache, allow_local=True),
+                                         is_dir=not remote and os.path.isdir(source))
+        except RefFormatError as exc:
+            raise SourceError(str(exc)) from exc
+        except NotFound:
+            raise SourceError(f"{source}: not found") from None
+        except MountError as exc:
+            raise SourceError(f"{source}: cannot read: {exc}") from exc
+        open_uri = _ref_opener(http, cache, allow_local=not remote or config.allow_local_refs)
+        catalog = RefCatalog(table, open_uri, H5ExternalArrays(open_uri))
+        log.info("mounted %s reference file %s (%d refs)", table.kind, table.location,
+                 len(table.refs))
+        yield Source(catalog, cache)
+
+
+def _ref_opener(http: HttpConnection, cache: BlockCache, *, allow_local: bool) -> OpenUri:
+    """Where a reference file's refs are read: http(s) URLs through the block cache,
+    local paths from disk when ``allow_local``, nothing else."""
+    disk = LocalStore("/")
+    stores: dict[str, CachedStore] = {}
+    refused: set[str] = set()
+
+    def open_uri(url: str) -> tuple[Store, str]:
+        if url.startswith(("http://", "https://")):
+            store, key = http.locate(url)
+            cached = stores.get(store.url)
+            if cached is None:
+                cached = stores[store.url] = CachedStore(store, cache)
+            return cached, key
+        if "://" in url:
+            raise StorageError(url, "refs may only name http(s) URLs and local paths")
+        if not allow_local:
+            if url not in refused:
+                refused.add(url)
+                log.warning("refused %s: a reference file fetched over http(s) may not read "
+                            "local files (mount with -o allow_local_refs to allow it)", url)
+            raise Forbidden(f"{url}: local file named by a remote reference file")
+        return disk, os.path.normpath(url).lstrip("/")
+
+    return open_uri
 
 
 def _disk_cache(config: MountConfig) -> DiskCache | None:

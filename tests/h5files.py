@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -510,6 +511,66 @@ def write_netcdf(directory: Path) -> Path:
     return path
 
 
+#: Chunk grid of ``refs.h5:/chunked/many``: over LINDI's 1000-chunk limit, so
+#: lindi writes it as an ``_EXTERNAL_ARRAY_LINK`` (2-D: hsload keeps 2-D chunk shapes).
+MANY_CHUNKS_SHAPE = (330, 400)
+MANY_CHUNKS_CHUNKS = (10, 12)
+
+
+def write_refs(directory: Path) -> Path:
+    """What a LINDI reference file can describe, for comparing LINDI and HSDS mounts.
+
+    lindi 0.4.6 refuses a whole file for one object it cannot convert (array or
+    nested compound fields, compound attributes, dimension scales, bitshuffle,
+    dangling soft links), so those stay in the other files. Datasets under
+    1000 elements are inlined by lindi; larger ones are byte ranges. It is
+    hsloaded with ``--ignore-filters`` (Blosc); no Zstd, which hsload refuses
+    even then (see ``write_plugins``).
+    """
+    path = directory / "refs.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = "reference file test data"
+        f.attrs["version"] = np.int32(3)
+        f.attrs["scale"] = np.float64(0.25)
+        f.attrs["nan"] = np.float32(np.nan)
+        f.attrs["vector"] = np.arange(4, dtype="<i8")
+        nums = f.create_group("numbers")
+        for name in ("<i1", "<u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8", "<f2", "<f4",
+                     "<f8", ">i4", ">f8"):
+            label = name.replace("<", "le_").replace(">", "be_")
+            data = (np.arange(1200) % 97).astype(name)
+            nums.create_dataset(label, data=data.reshape(40, 30), chunks=(16, 16))
+            nums.create_dataset(f"small_{label}", data=data[:12])
+        f.create_dataset("flags", data=np.arange(30) % 3 == 0)
+        f.create_dataset("fixed_str", data=np.array([b"alpha", b"be", b"gamma!!"], dtype="S7"))
+        f.create_dataset("vlen_str", data=np.array(["one", "twee", "drie\u00e9"], dtype=object),
+                         dtype=h5py.string_dtype())
+        scalars = f.create_group("scalars")
+        scalars.create_dataset("int", data=np.int64(-42))
+        scalars.create_dataset("float", data=np.float32(2.5))
+        scalars.create_dataset("text", data="a scalar string", dtype=h5py.string_dtype())
+        scalars.create_dataset("bytes", data=np.bytes_(b"fixed"))
+        cdt = np.dtype([("id", "<i4"), ("value", "<f8"), ("tag", "S4")])
+        rows = np.array([(i, i * 0.5, f"t{i}".encode()) for i in range(20)], dtype=cdt)
+        f.create_dataset("compound", data=rows)
+        chunked = f.create_group("chunked")
+        data = filter_data()
+        chunked.create_dataset("gzip_shuffle_fletcher", data=data, chunks=(16, 16),
+                               compression="gzip", shuffle=True, fletcher32=True)
+        chunked.create_dataset("blosc", data=data, chunks=(16, 16),
+                               **hdf5plugin.Blosc(cname="lz4", clevel=5))
+        sparse = chunked.create_dataset("sparse", shape=(64, 64), chunks=(16, 16), dtype="<i4",
+                                        fillvalue=-5, compression="gzip")
+        sparse[0:16, 16:32] = 3
+        many = np.arange(math.prod(MANY_CHUNKS_SHAPE), dtype="<i4").reshape(MANY_CHUNKS_SHAPE)
+        chunked.create_dataset("many", data=many, chunks=MANY_CHUNKS_CHUNKS, compression="gzip",
+                               shuffle=True)
+        f.create_dataset("contiguous", data=np.arange(600 * 50, dtype="<f8").reshape(600, 50))
+        f["link_to_numbers"] = h5py.SoftLink("/numbers/le_i4")
+        f["chunked"].attrs["target"] = f["numbers/le_i4"].ref
+    return path
+
+
 #: File writers, by file name.
 WRITERS: dict[str, Callable[[Path], Path]] = {
     EXTERNAL_TARGET: write_extlink_target,
@@ -521,6 +582,7 @@ WRITERS: dict[str, Callable[[Path], Path]] = {
     "links.h5": write_links,
     "attrs.h5": write_attrs,
     "netcdf.h5": write_netcdf,
+    "refs.h5": write_refs,
 }
 
 
@@ -534,9 +596,11 @@ class Load:
 
 
 def _plan() -> tuple[Load, ...]:
-    special = ("plugins.h5", "zcompress.h5")
+    special = ("plugins.h5", "zcompress.h5", "refs.h5")
     loads = [Load(f"home/admin/{name}", name) for name in WRITERS if name not in special]
-    loads.append(Load("home/admin/plugins.h5", "plugins.h5", ("--ignore-filters",)))
+    # hsload refuses filter plugins (Blosc here) unless it stores the data unfiltered.
+    loads += [Load(f"home/admin/{name}", name, ("--ignore-filters",))
+              for name in ("plugins.h5", "refs.h5")]
     loads += [
         Load(f"home/admin/zcompress_{name}.h5", "zcompress.h5", ("-z", "5", "--compression", name))
         for name in ZCOMPRESSORS
