@@ -48,12 +48,6 @@ LINDI_FILES = ("refs.h5", "filters.h5", "layout.h5", "extlink_target.h5")
 #: chose its own grid (contiguous and 1-D datasets; compared by ``.npy`` only).
 LEGITIMATE = ("id", "created", "modified", "hdf5", "maxshape", "chunks", "domain")
 
-#: (path, attribute) pairs hsload (h5pyd 1.0.0) stores wrongly: a scalar object
-#: reference attribute becomes a string holding the target's HSDS id, so the
-#: HSDS mount shows that string where the LINDI mount shows ``{"$ref": path}``.
-#: Both are checked against h5py in ``check_against_h5py`` instead.
-HSLOAD_MANGLED = {("chunked", "target")}
-
 #: Datasets whose fill value the LINDI file does not keep: lindi inlines a
 #: dataset under 1000 elements as one chunk with the fill already applied, and
 #: writes zarr's default ``fill_value`` (0) for it. Their data still matches.
@@ -203,9 +197,8 @@ def compare_with_hsds(lindi_root: Path, hsds_root: Path, hsds_sidecar: Path) -> 
             if os.readlink(pa) != os.readlink(pb):
                 problems.append(f"{rel}: symlink {os.readlink(pa)} vs {os.readlink(pb)}")
             continue
-        skip = {"user.h5.id"} | {f"user.h5.attr.{a}" for obj, a in HSLOAD_MANGLED if obj == rel}
-        xa = {n: os.getxattr(pa, n) for n in os.listxattr(pa) if n not in skip}
-        xb = {n: os.getxattr(pb, n) for n in os.listxattr(pb) if n not in skip}
+        xa = {n: os.getxattr(pa, n) for n in os.listxattr(pa) if n != "user.h5.id"}
+        xb = {n: os.getxattr(pb, n) for n in os.listxattr(pb) if n != "user.h5.id"}
         if xa != xb:
             problems.append(f"{rel}: xattrs {xa} vs {xb}")
         if stat.S_ISDIR(sa.st_mode):
@@ -219,25 +212,17 @@ def compare_with_hsds(lindi_root: Path, hsds_root: Path, hsds_sidecar: Path) -> 
     return problems
 
 
-def without_mangled(rel: str, attrs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in attrs.items() if (rel, k) not in HSLOAD_MANGLED}
-
-
 def compare_files(rel: str, pa: Path, pb: Path, other_grid: bool) -> list[str]:
     """Sidecars and ``.zattrs`` are compared parsed: attribute order is each format's own
     (HSDS keeps HDF5's, a LINDI file has them sorted by name)."""
     da, db = pa.read_bytes(), pb.read_bytes()
     if rel.endswith(".json"):
         ca, cb = sidecar_core(json.loads(da)), sidecar_core(json.loads(db))
-        owner = rel.removesuffix(".json")
-        ca["attributes"] = without_mangled(owner, ca["attributes"])
-        cb["attributes"] = without_mangled(owner, cb["attributes"])
-        if owner in LINDI_FILL_LOST:
+        if rel.removesuffix(".json") in LINDI_FILL_LOST:
             ca.pop("fill_value"), cb.pop("fill_value")
         return [] if ca == cb else [f"{rel}: sidecar {ca} vs {cb}"]
     if pa.name == ".zattrs":
-        owner = str(Path(rel).parent)
-        ca, cb = (without_mangled(owner, json.loads(d)) for d in (da, db))
+        ca, cb = json.loads(da), json.loads(db)
         return [] if ca == cb else [f"{rel}: {ca} vs {cb}"]
     if pa.name == ".zarray":
         ignore = ("chunks",) if other_grid else ()
