@@ -39,6 +39,7 @@ import numcodecs
 import numpy as np
 
 from layouts.hsds_chunks import filter_classes
+from layouts.inflate import fast_inflate
 from mountd.errors import Corrupt
 
 FLETCHER32_SIZE = 4
@@ -107,6 +108,9 @@ def _fletcher32_ok(raw: bytes) -> bool:
 
 
 def _inflate(raw: bytes, expected: int, key: str) -> bytes:
+    fast = fast_inflate(raw, expected)
+    if fast is not None:
+        return fast
     inflater = zlib.decompressobj()
     try:
         data = inflater.decompress(raw, expected + 1)

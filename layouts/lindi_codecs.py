@@ -45,6 +45,7 @@ import numpy as np
 from numcodecs.abc import Codec
 
 from layouts.hsds_types import FormatError
+from layouts.inflate import fast_inflate
 from layouts.lindi_types import nested_items, reference_path
 from mountd.errors import Corrupt
 
@@ -150,10 +151,16 @@ def _as_bytes(data: Any) -> bytes:
     return bytes(data)
 
 
-def decode_bytes(raw: bytes, pipeline: Codecs, key: str) -> bytes:
-    """Undo the byte codecs of a stored chunk. Raises Corrupt."""
+def decode_bytes(raw: bytes, pipeline: Codecs, key: str, limit: int | None = None) -> bytes:
+    """Undo the byte codecs of a stored chunk. Raises Corrupt. ``limit``, when the
+    chunk's decoded size is known, lets zlib streams be inflated by libdeflate."""
     data = raw
     for codec in pipeline.byte_codecs:
+        if limit and codec.codec_id == "zlib":
+            fast = fast_inflate(data, limit)
+            if fast is not None:
+                data = fast
+                continue
         try:
             data = _as_bytes(codec.decode(data))
         except Exception as exc:  # numcodecs raises RuntimeError, ValueError, TypeError...
@@ -247,7 +254,8 @@ def decode_chunk(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
     """A stored chunk as chunk-file bytes (MOUNT-SPEC.md). Raises Corrupt."""
     if spec.codecs.problem:
         raise Corrupt(key, spec.codecs.problem)
-    data = decode_bytes(raw, spec.codecs, key)
+    limit = spec.elements * spec.stored.itemsize if spec.kind is Kind.RAW else None
+    data = decode_bytes(raw, spec.codecs, key, limit)
     if spec.kind is Kind.RAW:
         return _raw(data, spec, key)
     try:

@@ -245,6 +245,7 @@ def test_lindi_mount_equals_hsds_mount(name: str, lindi_mounts: dict[str, Path],
 # --------------------------------------------------------------------------- other forms
 
 
+@pytest.mark.filterwarnings("ignore:The following exception was caught:UserWarning")
 def test_kerchunk_reference_equals_h5py(served: Served, tmp_path: Path) -> None:
     kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
     url = served.url("filters.h5")
