@@ -965,16 +965,19 @@ def report_section(cases: dict[str, Case], ctx: Context, command: str,
     return "\n".join(lines) + "\n"
 
 
-def write_doc(path: Path, section: str) -> None:
-    """Replace the generated section of ``path`` (or add it, creating the file if needed)."""
+def write_doc(path: Path, section: str, start_marker: str = SECTION_START,
+              end_marker: str = SECTION_END) -> None:
+    """Replace the section of ``path`` between the markers (by default this benchmark's)
+    with ``section``, or add it, creating the file if needed. Every benchmark writes
+    its own section of docs/benchmarks.md through this."""
     if path.exists():
         text = path.read_text()
     else:
         text = ("# Benchmarks\n\nFigures measured on the project's test machine. Each section "
                 "says the command that produced it; rerun that command to refresh it.\n\n")
-    start, end = text.find(SECTION_START), text.find(SECTION_END)
+    start, end = text.find(start_marker), text.find(end_marker)
     if start >= 0 and end > start:
-        text = text[:start] + section + text[end + len(SECTION_END):].lstrip("\n")
+        text = text[:start] + section + text[end + len(end_marker):].lstrip("\n")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -985,7 +988,8 @@ def write_doc(path: Path, section: str) -> None:
 # ---------------------------------------------------------------------- main
 
 
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+def raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM handler of every benchmark: unwind like Ctrl-C, so mounts and servers stop."""
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -1086,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
     args.cases = "".join(sorted(set(args.cases.lower()) & set(ALL_CASES)))
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s: %(message)s")
     os.chdir(REPO)
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    signal.signal(signal.SIGTERM, raise_on_sigterm)
     return run(args, argv)
 
 

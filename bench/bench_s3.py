@@ -488,10 +488,6 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _raise_on_sigterm(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__,
@@ -520,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_not_root)
     os.chdir(REPO)
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    signal.signal(signal.SIGTERM, bench_npy.raise_on_sigterm)
     return run(args)
 
 

@@ -69,7 +69,7 @@ class BenchData:
         return int(np.prod(SHAPE)) * DTYPE.itemsize
 
 
-def _paths(base: Path) -> tuple[Path, Path, Path, Path]:
+def paths(base: Path) -> tuple[Path, Path, Path, Path]:
     """(h5 file, HSDS root_dir, bucket dir, marker file) under ``base``."""
     root = base / "hsds"
     return base / "big.h5", root, root / BUCKET, base / "READY.json"
@@ -225,7 +225,7 @@ def ensure(base: Path = DEFAULT_DIR, *, force: bool = False) -> BenchData:
     """Make the file and bucket under ``base`` unless a complete, matching set is there."""
     base = Path(base).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    h5file, root_dir, bucket_dir, marker = _paths(base)
+    h5file, root_dir, bucket_dir, marker = paths(base)
     if not force and marker.is_file():
         info = json.loads(marker.read_text())
         if (info.get("recipe") == RECIPE_VERSION and h5file.is_file()

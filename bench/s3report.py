@@ -257,12 +257,4 @@ class Report:
 
 def write_doc(path: Path, section: str) -> None:
     """Replace this benchmark's section of ``path``, or append it."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start, end = text.find(SECTION_START), text.find(SECTION_END)
-    if start >= 0 and end > start:
-        rest = text[end + len(SECTION_END):].lstrip("\n")
-        text = text[:start] + section + ("\n" + rest if rest else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-    log.info("wrote %s", path)
+    bench_npy.write_doc(path, section, SECTION_START, SECTION_END)

@@ -33,9 +33,9 @@ import logging
 import math
 import struct
 import zlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numcodecs
 import numpy as np
@@ -48,6 +48,8 @@ from mountd.errors import Corrupt, NotFound
 from mountd.io.store import Store
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Chunks at least this large (stored plus decoded bytes) are decoded in a worker thread.
 THREAD_THRESHOLD = 64 * 1024
@@ -69,6 +71,15 @@ _KNOWN_CLASSES = frozenset(_CLASS_BY_ID.values())
 _BLOSC_HEADER = struct.Struct("<BBBBIII")
 _ITEM_COUNT = struct.Struct("<I")
 
+
+
+async def decode_sized(nbytes: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``: in a worker thread under ``DECODE_LIMITER`` when ``nbytes`` (the
+    bytes it reads and writes) reaches ``THREAD_THRESHOLD``, else right here. Shared by
+    every chunk reader, so one limit holds for all decoding in the process."""
+    if nbytes >= THREAD_THRESHOLD:
+        return await trio.to_thread.run_sync(fn, *args, limiter=DECODE_LIMITER)
+    return fn(*args)
 
 @dataclass(frozen=True, slots=True)
 class FilterPlan:
@@ -348,10 +359,8 @@ class HsdsChunkStore:
             return None
         if not raw:
             raise Corrupt(key, "chunk object is empty")
-        if len(raw) + (self._spec.nbytes or len(raw)) >= THREAD_THRESHOLD:
-            return await trio.to_thread.run_sync(
-                decode_chunk, raw, self._spec, key, limiter=DECODE_LIMITER)
-        return decode_chunk(raw, self._spec, key)
+        return await decode_sized(len(raw) + (self._spec.nbytes or len(raw)),
+                                  decode_chunk, raw, self._spec, key)
 
     async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
         if self._grid is None:

@@ -43,10 +43,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import trio
 
 from layouts.h5filters import Pipeline, decode, pipeline
-from layouts.hsds_chunks import DECODE_LIMITER, THREAD_THRESHOLD
+from layouts.hsds_chunks import decode_sized
 from layouts.hsds_locations import ChunkMap, ChunkTable, LoadTable, Locator, Piece, location
 from layouts.hsds_types import FormatError
 from layouts.model import ChunkIndex, ElementType
@@ -154,12 +153,6 @@ def _pad(block: np.ndarray[Any, Any], extent: tuple[int, ...], spec: LinkedSpec)
     for dim, (inside, size) in enumerate(zip(extent, block.shape, strict=True)):
         if inside < size:
             block[(slice(None),) * dim + (slice(inside, None),)] = fill
-
-
-async def _maybe_in_thread(nbytes: int, fn: Callable[..., bytes], *args: Any) -> bytes:
-    if nbytes >= THREAD_THRESHOLD:
-        return await trio.to_thread.run_sync(fn, *args, limiter=DECODE_LIMITER)
-    return fn(*args)
 
 
 # --------------------------------------------------------------------------- the file
@@ -271,7 +264,7 @@ class ContiguousRefStore:
             raise Corrupt(spec.key, f"chunk {list(index)} needs bytes up to {start + length} "
                                     f"of a {self._size}-byte contiguous array")
         raw = await self._files.read(self._uri, self._offset + start, length)
-        return await _maybe_in_thread(length + spec.nbytes, _cut, spec, raw, extent,
+        return await decode_sized(length + spec.nbytes, _cut, spec, raw, extent,
                                       self._strides)
 
     async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
@@ -319,7 +312,7 @@ class ChunkedRefStore:
         if not pieces:
             return None
         raws = await self._files.read_pieces(pieces)
-        return await _maybe_in_thread(sum(map(len, raws)) + spec.nbytes, _assemble, spec,
+        return await decode_sized(sum(map(len, raws)) + spec.nbytes, _assemble, spec,
                                       self._locator.piece_shape, pieces, raws,
                                       spec.extent(index))
 

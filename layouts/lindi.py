@@ -48,10 +48,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import trio
 
 from layouts.hsds import MAX_CHUNK_ELEMENTS, MAX_ELEMENTS
-from layouts.hsds_chunks import DECODE_LIMITER, THREAD_THRESHOLD
+from layouts.hsds_chunks import decode_sized
 from layouts.hsds_linked import LinkedFiles, OpenUri
 from layouts.hsds_types import FormatError, element_type, parse_type
 from layouts.lindi_codecs import (
@@ -235,14 +234,6 @@ class RefReader:
             raise StorageError(ref.url, f"file not found ({store.url} {key})") from None
 
 
-async def _decode_maybe_in_thread(nbytes: int, fn: Any, *args: Any) -> bytes:
-    if nbytes >= THREAD_THRESHOLD:
-        result: bytes = await trio.to_thread.run_sync(fn, *args, limiter=DECODE_LIMITER)
-        return result
-    direct: bytes = fn(*args)
-    return direct
-
-
 # --------------------------------------------------------------------------- chunk stores
 
 
@@ -292,7 +283,7 @@ class RefChunkStore:
         if spec.codecs.problem:
             raise Corrupt(self._meta_key, spec.codecs.problem)
         raw = await self._reader.read(ref)
-        return await _decode_maybe_in_thread(len(raw) + (spec.nbytes or len(raw)),
+        return await decode_sized(len(raw) + (spec.nbytes or len(raw)),
                                              decode_chunk, raw, spec, key)
 
     def _index(self, name: str) -> ChunkIndex | None:
@@ -547,7 +538,7 @@ class RefCatalog:
         key = _join(prefix, names.partition("\n")[0])
         raw = await self._reader.read(self._refs[key])
         try:
-            data = await _decode_maybe_in_thread(len(raw), decode_bytes, raw, pipeline, key)
+            data = await decode_sized(len(raw), decode_bytes, raw, pipeline, key)
         except Corrupt as exc:  # reported when the chunk is read
             log.debug("cannot tell the element type of %s: %s", prefix, exc)
             return False
