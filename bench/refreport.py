@@ -179,10 +179,14 @@ class Report:
                  f"{cpu['cat']:.2f}: {busy:.2f} of the {ncpu} CPUs busy on average."]
         if decode.cpu and decode.median:
             own = statistics.median(run.get("bench", 0.0) for run in decode.cpu)
-            lines.append(f"(a) cold: decoding alone with the mount's decoder takes {own:.2f} "
-                         f"CPU-s, so the daemon spent {cpu['h5mount'] - own:.2f} CPU-s on "
-                         "everything else (HTTP requests, the block cache, gathering rows, "
-                         "FUSE replies).")
+            rest = cpu["h5mount"] - own
+            lines.append(
+                f"(a) cold: decoding alone with the mount's decoder takes {own:.2f} CPU-s, so "
+                + (f"the daemon spent {rest:.2f} CPU-s on everything else (HTTP requests, the "
+                   "block cache, gathering rows, FUSE replies)." if rest > 0 else
+                   f"the daemon's {cpu['h5mount']:.2f} CPU-s are within the noise of decoding "
+                   "alone: the rest (HTTP, block cache, rows, FUSE replies) is too small to "
+                   "separate here, and the daemon is not CPU-bound."))
             target = TARGETS[0]
             peer = best_peer(cases, target)
             if peer is not None and target.minimum and peer.median:

@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", dest="options", action="append", default=[], metavar="OPTIONS",
                         help="mount options, see below")
     parser.add_argument("--domain", metavar="PATH",
-                        help="mount only this domain (e.g. /home/u/f.h5): the mount root "
-                             "is its root group, with its sidecar at .root.json")
+                        help="HSDS buckets only: mount just this domain (e.g. /home/u/f.h5); "
+                             "the mount root is its root group, with its sidecar at .root.json")
     s3 = parser.add_argument_group("S3 sources")
     s3.add_argument("--endpoint-url", metavar="URL",
                     help="S3-compatible endpoint, e.g. http://127.0.0.1:9000 (path-style "
