@@ -1,7 +1,7 @@
 """A real HTTP reverse proxy on loopback that injects faults, for testing remote stores.
 
-Owns one ``ThreadingHTTPServer`` on ``127.0.0.1`` (a free port) and its serve
-thread. Each request is read whole, matched against the registered faults
+Runs on ``tests.loopback`` (a threaded server on ``127.0.0.1``, a free port,
+stopped at once). Each request is read whole, matched against the registered faults
 and, unless a fault answers instead, forwarded unchanged to ``upstream``
 (Host and signed headers included, so SigV4 signatures made for the proxy's
 address stay as they were; moto does not check them). The upstream answer is
@@ -26,17 +26,14 @@ shuts down open client connections, so it returns promptly.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import logging
 import socket
 import struct
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Self
 from urllib.parse import urlsplit
+
+from tests.loopback import LoopbackHandler, LoopbackHttp
 
 log = logging.getLogger(__name__)
 
@@ -78,58 +75,22 @@ class Seen:
     fault: str | None = None
 
 
-class FaultProxy:
+class FaultProxy(LoopbackHttp):
     """Forwards to ``upstream`` (``http://host:port``); use as a context manager."""
 
+    name = "faultproxy"
+
     def __init__(self, upstream: str) -> None:
+        super().__init__()
         parts = urlsplit(upstream)
         self.upstream_host = parts.hostname or "127.0.0.1"
         self.upstream_port = parts.port or 80
-        self._lock = threading.Lock()
         self._faults: list[Fault] = []
         self._seen: list[Seen] = []
-        self._stopping = threading.Event()
-        self._connections: set[socket.socket] = set()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def endpoint(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the proxy is not started")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self._stopping.clear()
-        self._server = _Server(("127.0.0.1", 0), _Handler)
-        self._server.proxy = self
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05},
-                                        name="faultproxy", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        return f"http://127.0.0.1:{self.port}"
 
     # -- faults ------------------------------------------------------------
 
@@ -161,19 +122,19 @@ class FaultProxy:
 
     def clear(self) -> None:
         """Forget every fault and every recorded request."""
-        with self._lock:
+        with self.lock:
             self._faults.clear()
             self._seen.clear()
 
     def _add(self, fault: Fault) -> None:
-        with self._lock:
+        with self.lock:
             self._faults.append(fault)
 
     # -- record ------------------------------------------------------------
 
     def requests(self, method: str | None = None, path: str = "") -> list[Seen]:
         """Requests received so far whose method and target match."""
-        with self._lock:
+        with self.lock:
             return [s for s in self._seen
                     if (method is None or s.method == method) and path in s.target]
 
@@ -181,7 +142,7 @@ class FaultProxy:
         return len(self.requests(method, path))
 
     def _arrived(self, method: str, target: str, headers: dict[str, str]) -> Fault | None:
-        with self._lock:
+        with self.lock:
             fault = next((f for f in self._faults if f.matches(method, target)), None)
             if fault is not None and fault.times is not None:
                 fault.times -= 1
@@ -189,37 +150,11 @@ class FaultProxy:
             return fault
 
     def _wait(self, seconds: float) -> None:
-        self._stopping.wait(seconds)
-
-    def _track(self, conn: socket.socket, alive: bool) -> None:
-        with self._lock:
-            if alive:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
+        self.stopping.wait(seconds)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    proxy: FaultProxy
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(LoopbackHandler):
     timeout = 60
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.proxy._track(self.connection, alive=True)
-
-    def finish(self) -> None:
-        self.server.proxy._track(self.connection, alive=False)
-        with contextlib.suppress(OSError):
-            super().finish()
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("faultproxy: " + format, *args)  # noqa: G003 - the base class's format
 
     def do_GET(self) -> None:
         self._serve()
@@ -237,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve()
 
     def _serve(self) -> None:
-        proxy = self.server.proxy
+        proxy: FaultProxy = self.server.owner
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         fault = proxy._arrived(self.command, self.path, dict(self.headers.items()))
@@ -266,7 +201,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _forward(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
-        proxy = self.server.proxy
+        proxy: FaultProxy = self.server.owner
         conn = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=60)
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
@@ -305,3 +240,6 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
         self.wfile.flush()
+
+
+FaultProxy.handler = _Handler

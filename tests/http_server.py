@@ -1,7 +1,7 @@
 """A real static-file HTTP/1.1 server on loopback with byte ranges, for tests and benchmarks.
 
-Owns one ``ThreadingHTTPServer`` on ``127.0.0.1`` (a free port), its serve
-thread and one handler thread per connection. It serves the regular files
+Runs on ``tests.loopback`` (a threaded server on ``127.0.0.1``, a free port,
+one handler thread per connection, stopped at once). It serves the regular files
 below ``root`` (the query string is ignored; directories, missing files and
 paths escaping ``root`` get 404/403) with GET and HEAD, keep-alive and a
 ``Content-Length`` on every answer. Bodies go out with ``socket.sendfile``
@@ -32,19 +32,16 @@ ends the serve loop, shuts down open connections and joins the serve thread.
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import logging
 import os
 import re
-import socket
 import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 from urllib.parse import unquote, urlsplit
+
+from tests.loopback import LoopbackHandler, LoopbackHttp, LoopbackServer
 
 log = logging.getLogger(__name__)
 
@@ -54,107 +51,65 @@ _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 Request = tuple[str, str, str | None, int]
 
 
-class RangeHttpServer:
+class RangeHttpServer(LoopbackHttp):
     """Serves the files below ``root``; use as a context manager."""
+
+    name = "rangehttp"
 
     def __init__(self, root: Path, *, etags: bool = True, ranges: bool = True,
                  certfile: Path | None = None) -> None:
+        super().__init__()
         self.root = Path(root).resolve()
         self.etags = etags
         self.ranges = ranges
         self.certfile = certfile
         self.delay = 0.0
-        self._lock = threading.Lock()
         self._log: list[Request] = []
         self._active = 0
         self._peak = 0
-        self._connections: set[socket.socket] = set()
-        self._stopping = threading.Event()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("the server is not started")
         scheme = "https" if self.certfile else "http"
-        return f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def url_for(self, path: str | os.PathLike[str]) -> str:
         """The URL of ``path``, relative to ``root``."""
         return f"{self.url}/{Path(path).as_posix().lstrip('/')}"
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self._stopping.clear()
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.files = self
+    def wrap(self, server: LoopbackServer) -> None:
         if self.certfile is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(self.certfile)
             server.socket = context.wrap_socket(server.socket, server_side=True)
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever,
-                                        kwargs={"poll_interval": 0.05},
-                                        name="rangehttp", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join()
 
     # -- record ------------------------------------------------------------
 
     def requests(self) -> list[Request]:
-        with self._lock:
+        with self.lock:
             return list(self._log)
 
     def peak(self) -> int:
         """The most requests handled at once since the last ``clear``."""
-        with self._lock:
+        with self.lock:
             return self._peak
 
     def clear(self) -> None:
-        with self._lock:
+        with self.lock:
             self._log.clear()
             self._peak = self._active
 
     def _begin(self) -> None:
-        with self._lock:
+        with self.lock:
             self._active += 1
             self._peak = max(self._peak, self._active)
 
     def _end(self, request: Request | None) -> None:
         """A request has its answer (recorded) or was dropped (None)."""
-        with self._lock:
+        with self.lock:
             self._active -= 1
             if request is not None:
                 self._log.append(request)
-
-    def _track(self, conn: socket.socket, alive: bool) -> None:
-        with self._lock:
-            if alive:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
 
     # -- files -------------------------------------------------------------
 
@@ -164,32 +119,9 @@ class RangeHttpServer:
         return path if path.is_relative_to(self.root) else None
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    files: RangeHttpServer
-
-    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
-        """A connection the client reset or broke: log it quietly, not to stderr."""
-        log.debug("rangehttp: connection from %s failed", client_address, exc_info=True)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(LoopbackHandler):
     disable_nagle_algorithm = True
-    server: _Server
     _answered: bool
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.files._track(self.connection, alive=True)
-
-    def finish(self) -> None:
-        self.server.files._track(self.connection, alive=False)
-        with contextlib.suppress(OSError):
-            super().finish()
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("rangehttp: " + format, *args)  # noqa: G003 - the base class's format
 
     def do_GET(self) -> None:
         self._serve()
@@ -198,12 +130,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve()
 
     def _serve(self) -> None:
-        files = self.server.files
+        files: RangeHttpServer = self.server.owner
         files._begin()
         self._answered = False
         try:
             if files.delay:
-                files._stopping.wait(files.delay)
+                files.stopping.wait(files.delay)
             self._answer(files)
         except OSError as exc:  # the client went away
             log.debug("rangehttp: %s %s: %s", self.command, self.path, exc)
@@ -260,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Start the answer; the request counts as handled (and is recorded) from here,
         before the client can see any of it."""
         self._answered = True
-        self.server.files._end((self.command, self.path, self.headers.get("Range"), status))
+        self.server.owner._end((self.command, self.path, self.headers.get("Range"), status))
         self.send_response_only(status)
 
     def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
@@ -296,3 +228,6 @@ def _range(header: str | None, size: int) -> tuple[int, int] | Literal["unsatisf
         return "unsatisfiable"
     end = min(int(last), size - 1) if last else size - 1
     return start, end - start + 1
+
+
+RangeHttpServer.handler = _Handler
