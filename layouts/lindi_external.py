@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import h5py
+import numcodecs
 import numpy as np
 import trio
 
@@ -49,7 +50,7 @@ from layouts.hsds_linked import (
 )
 from layouts.hsds_locations import ChunkMap
 from layouts.lindi import DatasetShape
-from layouts.model import ChunkIndex, ChunkStore
+from layouts.model import ChunkIndex, ChunkStore, VlenKind
 from mountd.errors import Corrupt, MountError, NotFound, StorageError
 
 log = logging.getLogger(__name__)
@@ -261,17 +262,38 @@ class ExternalArrayStore:
             raise Corrupt(self._what, f"h5py cannot read chunk {list(index)}: {exc}") from exc
 
     def _read_region(self, h5: h5py.File, index: ChunkIndex) -> bytes:
-        """One chunk read by h5py (worker thread), padded with the fill value."""
+        """One chunk read by h5py (worker thread), padded with the fill value;
+        variable-length types encoded with their numcodecs codec."""
         spec = self._shape
         region = tuple(slice(i * c, min((i + 1) * c, n))
                        for i, c, n in zip(index, spec.chunks, spec.shape, strict=True))
-        data = np.asarray(h5[self._name][region]).astype(spec.dtype, copy=False)
+        data = np.asarray(h5[self._name][region])
+        inside = tuple(slice(0, s) for s in data.shape)
+        if spec.vlen is not None:
+            block = np.full(spec.chunks, None, dtype=object)
+            block[inside] = data
+            return _encode_vlen(block.reshape(-1), spec.vlen, self._what)
+        data = data.astype(spec.dtype, copy=False)
         if data.shape == spec.chunks:
             return data.tobytes()
         block = np.empty(spec.chunks, dtype=spec.dtype)
         block[...] = np.frombuffer(spec.fill, dtype=spec.dtype)[0]
-        block[tuple(slice(0, s) for s in data.shape)] = data
+        block[inside] = data
         return block.tobytes()
+
+
+def _encode_vlen(items: np.ndarray, vlen: VlenKind, what: str) -> bytes:
+    """Variable-length elements as the chunk file holds them (MOUNT-SPEC.md); unset
+    elements (None, outside the dataset) are empty."""
+    if vlen is VlenKind.UTF8:
+        texts = [x.decode("utf-8", "surrogateescape") if isinstance(x, bytes)
+                 else "" if x is None else str(x) for x in items]
+        return bytes(numcodecs.VLenUTF8().encode(np.array(texts, dtype=object)))
+    if vlen is VlenKind.BYTES:
+        raw = [b"" if x is None else bytes(x) if isinstance(x, bytes | bytearray)
+               else str(x).encode() for x in items]
+        return bytes(numcodecs.VLenBytes().encode(np.array(raw, dtype=object)))
+    raise Corrupt(what, f"h5py cannot give {vlen.value} elements of an external array")
 
 
 class H5ExternalArrays:
