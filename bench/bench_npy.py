@@ -247,6 +247,46 @@ def drop_caches() -> str | None:
     return None
 
 
+def drop_caches_noted(case: Case) -> None:
+    """``drop_caches`` before a run of ``case``; why it could not, noted once on the case."""
+    dropped = drop_caches()
+    if dropped and dropped not in case.notes:
+        case.notes.append(dropped)
+
+
+def guard(cases: Mapping[str, Case], notes: list[str], keys: tuple[str, ...],
+          fn: Callable[[], None], errors: tuple[type[BaseException], ...]) -> None:
+    """Run one group of cases (``fn``). ``NotAvailable`` or one of ``errors`` is not
+    fatal: it marks the group's cases that did not finish and adds a note."""
+    try:
+        fn()
+    except NotAvailable as exc:
+        status, text = "not available", f"not available: {exc}"
+        log.warning("%s: %s", keys, text)
+    except errors as exc:
+        status, text = "error", f"error: {exc}"
+        log.error("%s: %s", keys, text)
+    else:
+        return
+    for key in keys:
+        if cases[key].status != "ok":
+            cases[key].status = status
+    notes.append(f"{', '.join(cases[k].label for k in keys)}: {text}")
+
+
+@contextlib.contextmanager
+def bench_mount(source: str, mountpoint: Path, *args: str,
+                env: dict[str, str] | None = None) -> Iterator[tuple[Path, int | None]]:
+    """A fresh h5mount mount and its daemon's pid (None if not found); a mount that
+    cannot start is ``NotAvailable``. Always unmounted afterwards."""
+    try:
+        with mounting.mounted(source, mountpoint, *args, env=env) as mp:
+            daemons = mounting.daemon_pids(mp)
+            yield mp, daemons[0] if len(daemons) == 1 else None
+    except AssertionError as exc:  # mounting.mounted reports a failed start this way
+        raise NotAvailable(" ".join(str(exc).split())[:300]) from None
+
+
 def loadavg() -> float:
     """The 1-minute load average."""
     with open("/proc/loadavg") as f:
@@ -565,9 +605,7 @@ def run_a(ctx: Context, cases: dict[str, Case]) -> None:
         third: list[float] = []
 
         def cold_and_warm(run: int = run, third: list[float] = third) -> list[Timed]:
-            dropped = drop_caches()
-            if dropped and dropped not in cold.notes:
-                cold.notes.append(dropped)
+            drop_caches_noted(cold)
             with h5mounted(ctx) as mp:
                 npy = _npy_path(ctx, mp)
                 if not npy.exists():
@@ -607,9 +645,7 @@ def run_b(ctx: Context, cases: dict[str, Case]) -> None:
     case = cases["b"]
 
     def attempt(check: bool) -> list[Timed]:
-        dropped = drop_caches()
-        if dropped and dropped not in case.notes:
-            case.notes.append(dropped)
+        drop_caches_noted(case)
         with h5mounted(ctx) as mp:
             domain = mp / ctx.data.domain.strip("/")
             if not (domain / ctx.data.dataset / ".zarray").exists():

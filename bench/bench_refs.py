@@ -168,12 +168,6 @@ def expected_digests() -> dict[int, str]:
             for row0 in CHECK_ROWS}
 
 
-def _drop(case: Case) -> None:
-    dropped = bench_npy.drop_caches()
-    if dropped and dropped not in case.notes:
-        case.notes.append(dropped)
-
-
 def _keep_traffic(run: Run, case: Case, attempts: list[Traffic]) -> None:
     """Record the traffic of the attempt ``with_retries`` kept (the last one)."""
     if attempts:
@@ -194,7 +188,7 @@ def measure_reader(run: Run, case: Case, kind: str, target: str, *, drop: bool) 
 
         def one(attempts: list[Traffic] = attempts) -> list[Timed]:
             if drop:
-                _drop(case)
+                bench_npy.drop_caches_noted(case)
             run.server.clear()
             found: list[refpeers.ReadResult] = []
 
@@ -265,13 +259,9 @@ def run_decode(run: Run) -> None:
 def ref_mount(run: Run, ctx: bench_npy.Context) -> Iterator[tuple[Path, dict[str, int]]]:
     """A fresh ``h5mount REF-URL workdir/mnt`` with ``ctx``'s options; the pids to watch."""
     started = time.perf_counter()
-    try:
-        with mounting.mounted(run.ref_url, run.workdir / "mnt", *ctx.h5mount_args) as mp:
-            run.facts.setdefault("mount_s", []).append(time.perf_counter() - started)
-            daemons = mounting.daemon_pids(mp)
-            yield mp, run.pids({"h5mount": daemons[0]} if len(daemons) == 1 else {})
-    except AssertionError as exc:  # mounting.mounted reports a failed start this way
-        raise NotAvailable(" ".join(str(exc).split())[:300]) from None
+    with bench_npy.bench_mount(run.ref_url, run.workdir / "mnt", *ctx.h5mount_args) as (mp, pid):
+        run.facts.setdefault("mount_s", []).append(time.perf_counter() - started)
+        yield mp, run.pids({} if pid is None else {"h5mount": pid})
 
 
 def npy_path(mp: Path) -> Path:
@@ -299,7 +289,7 @@ def run_cold(run: Run) -> None:
 
         def one(attempt: int = attempt, attempts: list[tuple[Traffic, Traffic]] = attempts
                 ) -> list[Timed]:
-            _drop(cold)
+            bench_npy.drop_caches_noted(cold)
             run.server.clear()
             with ref_mount(run, run.ctx) as (mp, pids):
                 npy = npy_path(mp)
@@ -327,7 +317,7 @@ def run_disk(run: Run) -> None:
     extra = f"cache_dir={cache_dir}"
     options = f"{run.ctx.mount_options},{extra}" if run.ctx.mount_options else extra
     ctx = dataclasses.replace(run.ctx, mount_options=options)
-    _drop(case)
+    bench_npy.drop_caches_noted(case)
     with ref_mount(run, ctx) as (mp, _pids):
         seconds, size = timed_cat(npy_path(mp))
     stored = sum(path.stat().st_size for path in cache_dir.rglob("*") if path.is_file())
@@ -337,7 +327,7 @@ def run_disk(run: Run) -> None:
         attempts: list[Traffic] = []
 
         def one(attempts: list[Traffic] = attempts) -> list[Timed]:
-            _drop(case)
+            bench_npy.drop_caches_noted(case)
             run.server.clear()
             with ref_mount(run, ctx) as (mp, pids):
                 runs = [timed(run.ctx, case, lambda: timed_cat(npy_path(mp)), pids)]
@@ -353,20 +343,9 @@ def run_disk(run: Run) -> None:
 
 def _guard(run: Run, keys: tuple[str, ...], fn: Callable[[Run], None]) -> None:
     """Run one group of cases; record NotAvailable and errors on its cases, not fatal."""
-    try:
-        fn(run)
-    except NotAvailable as exc:
-        status, text = "not available", f"not available: {exc}"
-    except (bench_npy.BenchError, refpeers.PeerError, s3peers.PeerError, OSError,
-            subprocess.SubprocessError) as exc:
-        status, text = "error", f"error: {exc}"
-    else:
-        return
-    for key in keys:
-        if run.cases[key].status != "ok":
-            run.cases[key].status = status
-    run.notes.append(f"{', '.join(run.cases[k].label for k in keys)}: {text}")
-    log.error("%s: %s", keys, text)
+    bench_npy.guard(run.cases, run.notes, keys, lambda: fn(run),
+                    (bench_npy.BenchError, refpeers.PeerError, s3peers.PeerError, OSError,
+                     subprocess.SubprocessError))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -156,24 +156,14 @@ def cache_budget_mib(options: str) -> float:
     return sum(sizes.values()) / MIB
 
 
-def _drop(case: Case) -> None:
-    dropped = bench_npy.drop_caches()
-    if dropped and dropped not in case.notes:
-        case.notes.append(dropped)
-
-
 @contextlib.contextmanager
 def s3_mount(run: Run, name: str, options: str) -> Iterator[tuple[Path, dict[str, int]]]:
     """A fresh ``h5mount s3://bench`` at ``workdir/name`` and the pids to watch."""
     args = ("--endpoint-url", run.moto.endpoint, "-o", options,
             "--log-file", str(run.workdir / "h5mount.log"))
-    try:
-        with mounting.mounted(f"s3://{s3data.BUCKET}", run.workdir / name, *args,
-                              env=run.moto.env()) as mp:
-            daemons = mounting.daemon_pids(mp)
-            yield mp, run.pids({"h5mount": daemons[0]} if len(daemons) == 1 else {})
-    except AssertionError as exc:  # mounting.mounted reports a failed start this way
-        raise NotAvailable(" ".join(str(exc).split())[:300]) from None
+    with bench_npy.bench_mount(f"s3://{s3data.BUCKET}", run.workdir / name, *args,
+                               env=run.moto.env()) as (mp, pid):
+        yield mp, run.pids({} if pid is None else {"h5mount": pid})
 
 
 def npy_path(mp: Path) -> Path:
@@ -246,7 +236,7 @@ def run_cold(run: Run) -> None:
     peaks: list[float] = []
     for attempt in range(run.ctx.repeat):
         def one(attempt: int = attempt) -> list[Timed]:
-            _drop(cold)
+            bench_npy.drop_caches_noted(cold)
             with s3_mount(run, "mnt", run.options) as (mp, pids):
                 npy = npy_path(mp)
                 runs = [timed(run.ctx, cold, _cat(npy), pids)]
@@ -294,7 +284,7 @@ def run_warm(run: Run) -> None:
     case.notes.append(f"cache_dir holds {stored / MIB:.0f} MiB")
     for _ in range(run.ctx.repeat):
         def one() -> list[Timed]:
-            _drop(case)
+            bench_npy.drop_caches_noted(case)
             with s3_mount(run, "mnt", options) as (mp, pids):
                 return [timed(run.ctx, case, _cat(npy_path(mp)), pids)]
 
@@ -337,7 +327,7 @@ def run_ls(run: Run) -> None:
     cold, warm = run.cases["ls_cold"], run.cases["ls_warm"]
     out = run.workdir / "ls.txt"
     for attempt in range(run.ctx.repeat):
-        _drop(cold)
+        bench_npy.drop_caches_noted(cold)
         with s3_mount(run, "mnt", run.options) as (mp, pids):
             domain = mp / s3data.MANY_DOMAIN.strip("/")
             if not domain.is_dir():
@@ -366,7 +356,7 @@ def run_ls_local(run: Run) -> None:
         raise NotAvailable("many.h5 was not built")
     out = run.workdir / "ls-local.txt"
     for _ in range(run.ctx.repeat):
-        _drop(case)
+        bench_npy.drop_caches_noted(case)
         with mounting.mounted(run.many.bucket_dir, run.workdir / "mnt-local") as mp:
             daemons = mounting.daemon_pids(mp)
             domain = mp / run.many.domain.strip("/")
@@ -399,7 +389,7 @@ def run_stream(run: Run) -> None:
     with s3_mount(run, "mnt", run.options) as (mp, pids):
         npy = npy_path(mp)
         for _ in range(STREAM_PASSES):
-            _drop(case)
+            bench_npy.drop_caches_noted(case)
             found = timed(run.ctx, case, _cat(npy), pids)
             case.add(found.seconds, found.nbytes)
             case.cpu.append(found.watch.own)
@@ -415,20 +405,8 @@ def run_stream(run: Run) -> None:
 
 def _guard(run: Run, keys: tuple[str, ...], fn: Callable[[Run], None]) -> None:
     """Run one group of cases; record NotAvailable/BenchError on its cases, not fatal."""
-    try:
-        fn(run)
-    except NotAvailable as exc:
-        for key in keys:
-            if run.cases[key].status != "ok":
-                run.cases[key].status = "not available"
-        run.notes.append(f"{', '.join(run.cases[k].label for k in keys)}: not available: {exc}")
-        log.warning("%s: not available: %s", keys, exc)
-    except (bench_npy.BenchError, s3peers.PeerError, OSError) as exc:
-        for key in keys:
-            if run.cases[key].status != "ok":
-                run.cases[key].status = "error"
-        run.notes.append(f"{', '.join(run.cases[k].label for k in keys)}: error: {exc}")
-        log.error("%s: %s", keys, exc)
+    bench_npy.guard(run.cases, run.notes, keys, lambda: fn(run),
+                    (bench_npy.BenchError, s3peers.PeerError, OSError))
 
 
 def _mount_ready(run: Run) -> str | None:
