@@ -43,7 +43,7 @@ import trio
 
 from layouts import hsds_ids
 from layouts.hsds_types import FormatError, HType, read_count, read_elements, to_plain
-from layouts.model import ChunkIndex, ElementType, VlenKind
+from layouts.model import ChunkIndex, ElementType, VlenKind, chunk_grid, in_chunk_grid
 from mountd.errors import Corrupt, NotFound
 from mountd.io.store import Store
 
@@ -319,17 +319,14 @@ class HsdsChunkStore:
         elif shape == ():
             self._grid = (1,)
         else:
-            self._grid = tuple(-(-n // c) if c else 0
-                               for n, c in zip(shape, spec.chunks, strict=True))
+            self._grid = chunk_grid(shape, spec.chunks)
 
     @property
     def spec(self) -> ChunkSpec:
         return self._spec
 
     def _in_grid(self, index: Sequence[int]) -> bool:
-        grid = self._grid
-        return grid is not None and len(index) == len(grid) and all(
-            0 <= i < n for i, n in zip(index, grid, strict=True))
+        return self._grid is not None and in_chunk_grid(index, self._grid)
 
     def key(self, index: ChunkIndex) -> str:
         """The storage key of the chunk at ``index`` (which must be in the grid)."""

@@ -48,7 +48,7 @@ from layouts.h5filters import Pipeline, decode, pipeline
 from layouts.hsds_chunks import decode_sized
 from layouts.hsds_locations import ChunkMap, ChunkTable, LoadTable, Locator, Piece, location
 from layouts.hsds_types import FormatError
-from layouts.model import ChunkIndex, ElementType
+from layouts.model import ChunkIndex, ElementType, chunk_grid, in_chunk_grid
 from mountd.errors import Corrupt, NotFound, StorageError
 from mountd.io.store import ByteRange, Store
 
@@ -120,15 +120,14 @@ class LinkedSpec:
 
     @property
     def grid(self) -> tuple[int, ...]:
-        return tuple(-(-n // c) if c else 0 for n, c in zip(self.shape, self.chunks, strict=True))
+        return chunk_grid(self.shape, self.chunks)
 
     @property
     def nbytes(self) -> int:
         return math.prod(self.chunks) * self.itemsize
 
     def in_grid(self, index: Sequence[int]) -> bool:
-        return len(index) == len(self.shape) and all(
-            0 <= i < n for i, n in zip(index, self.grid, strict=True))
+        return in_chunk_grid(index, self.grid)
 
     def extent(self, index: ChunkIndex) -> tuple[int, ...]:
         """How much of the chunk at ``index`` lies inside the dataset."""

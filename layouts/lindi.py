@@ -88,6 +88,8 @@ from layouts.model import (
     LinkKind,
     ObjectKind,
     VlenKind,
+    chunk_grid,
+    in_chunk_grid,
 )
 from mountd.errors import Corrupt, NotFound, StorageError
 from mountd.io.store import ByteRange
@@ -255,12 +257,10 @@ class RefChunkStore:
         self._names = names
         self._meta_key = meta_key
         self._scalar = not shape
-        self._grid = (1,) if not shape else tuple(
-            -(-n // c) for n, c in zip(shape, spec.chunks, strict=True))
+        self._grid = (1,) if not shape else chunk_grid(shape, spec.chunks)
 
     def _in_grid(self, index: ChunkIndex) -> bool:
-        return len(index) == len(self._grid) and all(
-            0 <= i < n for i, n in zip(index, self._grid, strict=True))
+        return in_chunk_grid(index, self._grid)
 
     def _name(self, index: ChunkIndex) -> str:
         return "0" if self._scalar else self._separator.join(map(str, index))

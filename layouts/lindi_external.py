@@ -50,7 +50,7 @@ from layouts.hsds_linked import (
 )
 from layouts.hsds_locations import ChunkMap
 from layouts.lindi import DatasetShape
-from layouts.model import ChunkIndex, ChunkStore, VlenKind
+from layouts.model import ChunkIndex, ChunkStore, VlenKind, chunk_grid, in_chunk_grid
 from mountd.errors import Corrupt, MountError, NotFound, StorageError
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,7 @@ class ExternalArrayStore:
         self._file = file
         self._name = name
         self._shape = shape
+        self._grid = chunk_grid(shape.shape, shape.chunks)
         self._lock = trio.Lock()
         self._plan: _Plan | None = None
 
@@ -160,10 +161,7 @@ class ExternalArrayStore:
         return f"{self._file.url}::{self._name}"
 
     def _in_grid(self, index: ChunkIndex) -> bool:
-        grid = tuple(-(-n // c) for n, c in zip(self._shape.shape, self._shape.chunks,
-                                                strict=True))
-        return len(index) == len(grid) and all(0 <= i < n for i, n in zip(index, grid,
-                                                                           strict=True))
+        return in_chunk_grid(index, self._grid)
 
     async def _get_plan(self) -> _Plan:
         async with self._lock:
@@ -186,8 +184,7 @@ class ExternalArrayStore:
         dsid = ds.id
         if ds.chunks is not None:
             return self._chunked_plan(ds, dsid)
-        grid = tuple(-(-n // c) for n, c in zip(spec.shape, spec.chunks, strict=True))
-        everything = frozenset(np.ndindex(*grid)) if math.prod(spec.shape) else frozenset()
+        everything = frozenset(np.ndindex(*self._grid)) if math.prod(spec.shape) else frozenset()
         offset = dsid.get_offset()
         layout = dsid.get_create_plist().get_layout()
         if layout == h5py.h5d.CONTIGUOUS and offset is None:

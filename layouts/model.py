@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -158,6 +158,16 @@ class Datatype(H5Object):
         return ObjectKind.DATATYPE
 
 
+def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
+    """Number of chunks along each dimension (0 where a chunk dimension is 0)."""
+    return tuple(-(-n // c) if c else 0 for n, c in zip(shape, chunks, strict=True))
+
+
+def in_chunk_grid(index: Sequence[int], grid: Sequence[int]) -> bool:
+    """True if ``index`` names a chunk of ``grid``."""
+    return len(index) == len(grid) and all(0 <= i < n for i, n in zip(index, grid, strict=True))
+
+
 class ChunkStore(Protocol):
     """How a dataset's chunks are found and read. Implemented by each layout."""
 
@@ -203,7 +213,7 @@ class Dataset(H5Object):
         """Number of chunks along each dimension (``()`` for a scalar)."""
         if self.shape is None:
             return ()
-        return tuple(-(-n // c) if c else 0 for n, c in zip(self.shape, self.chunks, strict=True))
+        return chunk_grid(self.shape, self.chunks)
 
     @property
     def chunk_elements(self) -> int:
@@ -221,8 +231,7 @@ class Dataset(H5Object):
             return False
         if self.shape == ():
             return index == (0,)
-        grid = self.grid
-        return len(index) == len(grid) and all(0 <= i < n for i, n in zip(index, grid, strict=True))
+        return in_chunk_grid(index, self.grid)
 
     @property
     def effective_fill(self) -> Any:
