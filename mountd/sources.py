@@ -125,8 +125,10 @@ async def _open_reference(config: MountConfig) -> AsyncIterator[Source]:
     if cache.disk is not None:
         await cache.disk.load()
     async with open_http(HttpOptions(timeout=config.timeout)) as http:
+        # The reference file itself may be local; what its refs may read is decided below.
+        loader = _ref_opener(http, cache, allow_local=True)
         try:
-            table = await load_reference(source, _ref_opener(http, cache, allow_local=True),
+            table = await load_reference(source, loader,
                                          is_dir=not remote and os.path.isdir(source))
         except RefFormatError as exc:
             raise SourceError(str(exc)) from exc
@@ -134,7 +136,8 @@ async def _open_reference(config: MountConfig) -> AsyncIterator[Source]:
             raise SourceError(f"{source}: not found") from None
         except MountError as exc:
             raise SourceError(f"{source}: cannot read: {exc}") from exc
-        open_uri = _ref_opener(http, cache, allow_local=not remote or config.allow_local_refs)
+        open_uri = loader if not remote or config.allow_local_refs else \
+            _ref_opener(http, cache, allow_local=False)
         # Indexing the keys takes about 0.3 s per million refs: off the trio loop.
         catalog = await trio.to_thread.run_sync(RefCatalog, table, open_uri,
                                                 H5ExternalArrays(open_uri))
