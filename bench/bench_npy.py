@@ -417,27 +417,26 @@ def h5mounted(ctx: Context) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def memfs_mounted(mountpoint: Path, stats_file: Path, size: int
-                  ) -> Iterator[tuple[Path, int]]:
-    """``bench.memfs`` serving ``size`` bytes at ``mountpoint``, and its pid.
+def server_mounted(module: str, fsname: str, mountpoint: Path, *args: str
+                   ) -> Iterator[tuple[Path, int]]:
+    """``python -m MODULE MOUNTPOINT ARGS...``, a foreground FUSE server mounting with
+    ``fsname=FSNAME``, serving at ``mountpoint``, and its pid.
 
     Always unmounted (and the process reaped) afterwards.
     """
     mountpoint.mkdir(parents=True, exist_ok=True)
-    stats_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "bench.memfs", str(mountpoint), "--size", str(size),
-           "--stats", str(stats_file)]
+    cmd = [sys.executable, "-m", module, str(mountpoint), *args]
     proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120.0
         while True:
             entry = mount_entry(mountpoint)
-            if entry is not None and entry.source == "h5bench-memfs":
+            if entry is not None and entry.source == fsname:
                 break
             if proc.poll() is not None:
-                raise BenchError(f"bench.memfs exited {proc.returncode} before mounting")
+                raise BenchError(f"{module} exited {proc.returncode} before mounting")
             if time.monotonic() > deadline:
-                raise BenchError("bench.memfs did not mount within 120 s")
+                raise BenchError(f"{module} did not mount within 120 s")
             time.sleep(0.05)
         yield mountpoint, proc.pid
     finally:
@@ -450,9 +449,22 @@ def memfs_mounted(mountpoint: Path, stats_file: Path, size: int
         try:
             proc.wait(timeout=30.0)
         except subprocess.TimeoutExpired:
-            log.warning("bench.memfs pid %d did not exit; killing it", proc.pid)
+            log.warning("%s pid %d did not exit; killing it", module, proc.pid)
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def memfs_mounted(mountpoint: Path, stats_file: Path, size: int
+                  ) -> Iterator[tuple[Path, int]]:
+    """``bench.memfs`` serving ``size`` bytes at ``mountpoint``, and its pid.
+
+    Always unmounted (and the process reaped) afterwards.
+    """
+    stats_file.unlink(missing_ok=True)
+    with server_mounted("bench.memfs", "h5bench-memfs", mountpoint, "--size", str(size),
+                        "--stats", str(stats_file)) as found:
+        yield found
 
 
 # ---------------------------------------------------------------------- correctness checks
