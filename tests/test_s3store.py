@@ -2,24 +2,37 @@
 
 Every test talks to a real moto server through ``tests/faultproxy.py``, so
 each fault is a real HTTP event (a 503 with an S3 body, a reset, a stalled or
-short response) and the proxy's record shows what the store actually sent.
+short response) and the proxy's record shows what the store actually sent:
+GETs and HEADs on the hot path carry no ``amz-sdk-invocation-id`` header,
+those sent by aiobotocore do. The hot path's SigV4 is checked against
+botocore's signer for fixed requests and times, and by a moto server with
+authentication switched on, which verifies every signature.
 The only timing assertions are upper bounds: an operation ends within its
 ``timeout`` plus a little slack.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
+import boto3
 import pytest
 import trio
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials, ReadOnlyCredentials
 
-from mountd.errors import NotFound, SourceError, StorageError
+from mountd.errors import Changed, NotFound, SourceError, StorageError
+from mountd.io import s3
 from mountd.io.s3 import S3Options, S3Store, open_s3, parse_s3_url
+from mountd.io.sigv4 import SigV4Signer
 from mountd.io.store import ByteRange
-from tests.faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy, Seen
 from tests.moto_server import MotoServer
 from tests.test_store_conformance import aws_environment, take
 
@@ -265,3 +278,143 @@ def test_no_credentials_fails_before_mounting(proxy: FaultProxy,
     with pytest.raises(SourceError, match="--anon"):
         run(proxy, test)
     assert proxy.count() == 0
+
+
+def direct(seen: list[Seen]) -> list[bool]:
+    """Which of these requests the hot path sent (aiobotocore's carry an invocation id)."""
+    return [not any(name.lower() == "amz-sdk-invocation-id" for name in s.headers)
+            for s in seen]
+
+
+@pytest.mark.parametrize("token", [None, "session/token+=="])
+@pytest.mark.parametrize(("method", "url"), [
+    ("GET", "http://127.0.0.1:9000/bucket/a%20b/c~d%2B%C3%A9"),
+    ("HEAD", "https://bucket.s3.eu-west-2.amazonaws.com/k/0.0.1"),
+])
+def test_sigv4_equals_botocore(token: str | None, method: str, url: str) -> None:
+    now = 1_700_000_000.5
+    host, _, path = url.partition("://")[2].partition("/")
+    signer = SigV4Signer("AKIDEXAMPLE", "secret", token, "eu-west-2")
+    ours = signer.sign(method, host, f"/{path}", now)
+    request = AWSRequest(method=method, url=url)
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(tzinfo=None)
+    with mock.patch("botocore.auth.get_current_datetime", return_value=when):
+        S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret", token), "s3",
+                    "eu-west-2").add_auth(request)
+    for name, value in ours.items():
+        assert request.headers[name] == value, name
+    assert signer.sign(method, host, f"/{path}", now + 86_400) != ours  # next day's key
+
+
+def test_hot_path_ranges_validators_and_errors(proxy: FaultProxy) -> None:
+    async def test(store: S3Store) -> None:
+        info = await store.head("obj")
+        fetched = await store.fetch("obj", ByteRange(100, 50), if_match=info.etag)
+        assert fetched.data == DATA[100:150] and fetched.info == info
+        assert (await store.fetch("obj")).info == info
+        assert await store.get("obj", ByteRange(len(DATA) - 6)) == DATA[-6:]
+        past = await store.fetch("obj", ByteRange(len(DATA) + 10, 5))  # 416, then HEAD
+        assert past.data == b"" and past.info == info
+        with pytest.raises(Changed):
+            await store.fetch("obj", ByteRange(0, 5), if_match='"not-the-etag"')
+        with pytest.raises(NotFound):
+            await store.get("nope", ByteRange(0, 5))
+        with pytest.raises(NotFound):
+            await store.head("nope")
+        assert not await store.exists("nope")
+        with pytest.raises(StorageError, match="does not exist"):
+            await store.for_bucket("no-such-bucket").get("x")
+    run(proxy, test)
+    gets = proxy.requests("GET", "/data/obj")
+    assert len(gets) == 5 and all(direct(gets))
+    assert gets[0].headers.get("Range") == "bytes=100-149"
+    assert gets[0].headers.get("If-Match", "").startswith('"')
+    assert "SignedHeaders=host;x-amz-content-sha256;x-amz-date," in (
+        gets[0].headers["Authorization"])
+    assert all(direct(proxy.requests("HEAD")))
+
+
+def test_faults_on_the_hot_path(proxy: FaultProxy) -> None:
+    proxy.error(503, method="GET", path="/data/obj", times=1)
+    proxy.error(500, method="HEAD", path="/data/obj", times=1)
+
+    async def test(store: S3Store) -> None:
+        assert await store.get("obj", ByteRange(3, 4)) == DATA[3:7]
+        assert (await store.head("obj")).size == len(DATA)
+    run(proxy, test)
+    gets, heads = proxy.requests("GET", "/data/obj"), proxy.requests("HEAD", "/data/obj")
+    assert [s.fault for s in gets] == ["error", None] and all(direct(gets))
+    assert [s.fault for s in heads] == ["error", None] and all(direct(heads))
+
+
+def test_redirect_moves_the_bucket_to_aiobotocore(proxy: FaultProxy) -> None:
+    proxy.error(301, "PermanentRedirect", method="GET", path="/data/obj", times=1)
+
+    async def test(store: S3Store) -> None:
+        assert await store.get("obj", ByteRange(0, 8)) == DATA[:8]
+        assert await store.get("obj", ByteRange(8, 8)) == DATA[8:16]
+        assert await store.for_bucket(OTHER).get("linked/obj") == b"in the other bucket"
+    run(proxy, test)
+    assert direct(proxy.requests("GET", "/data/obj")) == [True, False, False]
+    assert direct(proxy.requests("GET", "/linked/obj")) == [True]
+
+
+def test_anonymous_hot_path(proxy: FaultProxy) -> None:
+    async def test(store: S3Store) -> None:
+        assert await store.get("open", ByteRange(1, 3)) == b"ubl"
+        assert (await store.head("open")).size == 6
+    run(proxy, test, url=f"s3://{PUBLIC}", anon=True)
+    seen = proxy.requests(path="/open")
+    assert len(seen) == 2 and all(direct(seen))
+    assert not any("Authorization" in s.headers or "x-amz-date" in s.headers for s in seen)
+
+
+def test_credentials_snapshot_is_reread(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Source:
+        def __init__(self) -> None:
+            self.reads = 0
+
+        async def get_frozen_credentials(self) -> ReadOnlyCredentials:
+            self.reads += 1
+            return ReadOnlyCredentials(f"key{self.reads}", "secret", "token", None)
+
+    async def main() -> None:
+        source = Source()
+        credentials = s3._Credentials(source, await source.get_frozen_credentials())
+        assert (await credentials.signer("r")).access_key == "key1"
+        assert source.reads == 1
+        monkeypatch.setattr(s3, "CREDENTIALS_TTL", 0.0)
+        credentials._fresh_until = trio.current_time()
+        assert (await credentials.signer("r")).access_key == "key2"
+    trio.run(main)
+
+
+def test_moto_verifies_the_signatures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A moto server with authentication on: a signature it does not recompute is refused."""
+    with MotoServer() as server, aws_environment(server, tmp_path):
+        iam = boto3.client("iam", endpoint_url=server.endpoint, region_name="us-east-1")
+        iam.create_user(UserName="reader")
+        iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=(
+            '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
+            '"Action": "s3:*", "Resource": "*"}]}'))
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        client = server.client()
+        client.create_bucket(Bucket="signed")
+        client.put_object(Bucket="signed", Key="p/obj", Body=DATA)
+        urllib.request.urlopen(urllib.request.Request(
+            f"{server.endpoint}/moto-api/reset-auth", data=b"0", method="POST",
+            headers={"Content-Type": "application/json"})).close()
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+
+        async def read() -> None:
+            settings = S3Options(endpoint_url=server.endpoint, timeout=SHORT)
+            async with open_s3(settings) as conn:
+                store = conn.store("signed", "p")
+                assert await store.get("obj", ByteRange(10, 20)) == DATA[10:30]
+                assert (await store.head("obj")).size == len(DATA)
+
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        trio.run(read)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        with pytest.raises(StorageError, match="access denied"):
+            trio.run(read)

@@ -103,7 +103,7 @@ class HttpOptions:
 async def open_http(options: HttpOptions) -> AsyncIterator[HttpConnection]:
     """One HTTP client for the life of the context."""
     policy = RetryPolicy(timeout=options.timeout)
-    _read_bigger()
+    read_bigger()
     client = httpx.AsyncClient(
         http1=True, http2=False, follow_redirects=True,
         headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
@@ -116,7 +116,7 @@ async def open_http(options: HttpOptions) -> AsyncIterator[HttpConnection]:
         yield HttpConnection(client, options, policy)
 
 
-def _read_bigger() -> None:
+def read_bigger() -> None:
     """Let httpcore read ``READ_SIZE`` bytes per socket call. This is a class attribute,
     so it holds for every httpx client in the process (the S3 one gains too)."""
     connection = httpcore.AsyncHTTP11Connection
@@ -306,7 +306,7 @@ class HttpStore:
             except (MountError, Transient):
                 raise
             except Exception as exc:
-                tls = _tls_failure(exc)
+                tls = tls_failure(exc)
                 if tls is not None:
                     raise StorageError(url, f"TLS failed: {tls}") from exc
                 reason = transient_error(exc)
@@ -408,7 +408,7 @@ def _check_match(url: str, info: ObjectInfo, if_match: str | None) -> None:
         raise Changed(url, f"changed (etag {info.etag}, expected {if_match})")
 
 
-def _tls_failure(exc: BaseException) -> str | None:
+def tls_failure(exc: BaseException) -> str | None:
     """Why ``exc`` (or what caused it) is a TLS failure no retry can fix, or None."""
     seen: BaseException | None = exc
     for _ in range(8):

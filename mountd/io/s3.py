@@ -1,10 +1,31 @@
 """A ``Store`` over S3 or any S3-compatible service: key ``k`` is ``s3://BUCKET/PREFIX/k``.
 
-Owns one aiobotocore client per mount, opened by ``open_s3`` and closed when
-its context ends. The client uses aiobotocore's httpx backend, which runs on
-trio natively. ``S3Connection`` hands out an ``S3Store`` per (bucket, prefix)
-over that one client, so a link into another bucket on the same endpoint
-reuses the credentials and the connection pool (``S3Store.for_bucket``).
+Owns, per mount, one aiobotocore client and one ``httpx.AsyncClient``, opened
+by ``open_s3`` and closed when its context ends; both run on trio natively
+(aiobotocore through its httpx backend). ``S3Connection`` hands out an
+``S3Store`` per (bucket, prefix) over them, so a link into another bucket on
+the same endpoint reuses the credentials and the connection pools
+(``S3Store.for_bucket``).
+
+Two paths:
+
+- The hot path, GetObject and HeadObject (``fetch``, ``get``, ``head``,
+  ``exists``), skips botocore's per-call machinery (parameter validation,
+  event hooks, ``AWSRequest``, its signer, response parsing), which costs
+  several times what sending the request does. Each is one request on the
+  shared httpx client: to the URL aiobotocore's endpoint resolver gives for the
+  bucket (once per bucket: ``endpoint_url``, region, path or virtual-host
+  style, as aiobotocore would send it), signed with ``mountd.io.sigv4`` using
+  a frozen snapshot of aiobotocore's credentials (re-read every
+  ``CREDENTIALS_TTL`` seconds, so refreshable credentials are refreshed by
+  aiobotocore long before they expire), or unsigned with ``anon``. Range and
+  If-Match are plain headers; bodies are read raw (no Content-Encoding
+  decoding), as botocore does.
+- Everything else stays on aiobotocore: credential discovery, endpoint
+  resolution, listings, and any bucket the resolver gives an unusual endpoint
+  for (a signing scheme other than SigV4, extra headers) or that S3 redirects
+  (a bucket in another region): that bucket's GETs and HEADs then go through
+  aiobotocore, which follows the redirect, for the life of the connection.
 
 Credentials come from the usual AWS chain (environment, ``profile``, the
 config and credentials files, ...), unless ``anon`` sends unsigned requests.
@@ -15,10 +36,12 @@ Failures: botocore's own retries are off (their sleeps are asyncio's); every
 call goes through ``mountd.io.retry.retrying`` instead, which bounds it to
 ``timeout`` seconds in all. The httpx connect/read/write timeouts are the
 policy's ``stall`` time, so a silent server fails one attempt, not the read.
-Each attempt maps whatever it raises: 404 and NoSuchKey to ``NotFound``, 412
-to ``Changed``, throttling, 5xx, connection errors, timeouts and short bodies
-to ``Transient`` (retried), and everything else (403, NoSuchBucket, 400,
-missing credentials) to ``StorageError`` with a reason a user can act on.
+Each attempt maps whatever it raises, on either path alike: 404 and NoSuchKey
+to ``NotFound``, 412 to ``Changed``, throttling, 5xx, connection errors,
+timeouts and short bodies to ``Transient`` (retried), and everything else
+(403, NoSuchBucket, 400, missing credentials, an untrusted TLS certificate)
+to ``StorageError`` with a reason a user can act on. A GET whose range starts
+at or past the end (416) reads ``b""`` and asks HEAD for the object's info.
 A HEAD answer has no body, so HEAD on a missing bucket is ``NotFound``; GET
 and listings say the bucket does not exist. No botocore or httpx exception
 leaves this module.
@@ -30,23 +53,35 @@ folders, so listing a non-root prefix with nothing under it is ``NotFound``,
 as for a missing local directory.
 
 Concurrency: stores hold no per-call state; any number of trio tasks may use
-one store, or several stores of one connection, at once. The connection pool
-(``max_connections``) bounds the requests actually in flight.
+one store, or several stores of one connection, at once. The connection's
+per-bucket routes and credential snapshot are replaced whole without an
+``await`` in between, and only one task at a time re-reads the credentials
+(the others sign with the snapshot they have, which is still valid). On the
+hot path one ``trio.CapacityLimiter(max_connections)`` per connection bounds
+the requests in flight and the httpx pool is as big, so a request never waits
+for a connection; time spent waiting for the limiter is not part of an
+operation's budget. Listings use aiobotocore's own pool of the same size.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
 
+import httpx
+import trio
 from aiobotocore.config import AioConfig
 from aiobotocore.httpxsession import HttpxSession
 from aiobotocore.session import AioSession
 from botocore import UNSIGNED
+from botocore.credentials import ReadOnlyCredentials
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -61,7 +96,9 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
+from mountd.io.http import USER_AGENT, read_bigger, tls_failure
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
+from mountd.io.sigv4 import SigV4Signer
 from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -86,6 +123,16 @@ _DENIED_CODES = frozenset({
     "AccessDenied", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch",
     "InvalidToken", "ExpiredToken", "TokenRefreshRequired", "AccountProblem",
 })
+#: Error codes of a request sent to the wrong region: S3 names the right one in
+#: ``x-amz-bucket-region`` and aiobotocore follows it.
+_REDIRECT_CODES = frozenset({"PermanentRedirect", "TemporaryRedirect",
+                             "AuthorizationHeaderMalformed",
+                             "IllegalLocationConstraintException"})
+#: Seconds a credential snapshot is used before aiobotocore is asked again; its
+#: refreshable credentials refresh 15 minutes before they expire.
+CREDENTIALS_TTL = 60.0
+_ERROR_CODE = re.compile(r"<Code>([^<]*)</Code>")
+_ERROR_MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
 _NO_CREDENTIALS = ("use the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY variables, --profile or "
                    "~/.aws/credentials, or --anon for a public bucket")
 
@@ -141,22 +188,86 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
             )
             client = await stack.enter_async_context(session.create_client(
                 "s3", region_name=region, endpoint_url=options.endpoint_url, config=config))
-            if not options.anon and await session.get_credentials() is None:
-                raise SourceError(f"no AWS credentials found: {_NO_CREDENTIALS}")
+            credentials = None
+            if not options.anon:
+                source = await session.get_credentials()
+                if source is None:
+                    raise SourceError(f"no AWS credentials found: {_NO_CREDENTIALS}")
+                credentials = _Credentials(source, await source.get_frozen_credentials())
         except BotoCoreError as exc:
             raise SourceError(f"cannot set up the S3 client: {exc}") from exc
+        read_bigger()
+        http = await stack.enter_async_context(httpx.AsyncClient(
+            http1=True, http2=False, follow_redirects=False,
+            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
+            timeout=httpx.Timeout(policy.stall, pool=policy.timeout),
+            limits=httpx.Limits(max_connections=options.max_connections,
+                                max_keepalive_connections=options.max_connections)))
         log.debug("S3 client for %s in %s (%s)", options.endpoint_url or "AWS", region,
                   "unsigned" if options.anon else f"profile {options.profile or 'default'}")
-        yield S3Connection(client, options, policy)
+        yield S3Connection(client, options, policy, http, credentials)
+
+
+class _Credentials:
+    """aiobotocore's credentials as a frozen snapshot, re-read every ``CREDENTIALS_TTL``
+    seconds, and one signer per region over that snapshot."""
+
+    def __init__(self, source: Any, snapshot: ReadOnlyCredentials) -> None:
+        self._source = source
+        self._snapshot = snapshot
+        self._fresh_until = trio.current_time() + CREDENTIALS_TTL
+        self._refreshing = False
+        self._signers: dict[str, SigV4Signer] = {}
+
+    async def signer(self, region: str) -> SigV4Signer:
+        if trio.current_time() >= self._fresh_until and not self._refreshing:
+            await self._refresh()
+        signer = self._signers.get(region)
+        if signer is None:
+            access_key, secret_key, token = self._snapshot[:3]
+            signer = self._signers[region] = SigV4Signer(access_key, secret_key, token, region)
+        return signer
+
+    async def _refresh(self) -> None:
+        """Ask aiobotocore for the credentials again (it refreshes them if they are due)."""
+        self._refreshing = True
+        try:
+            snapshot = await self._source.get_frozen_credentials()
+        finally:
+            self._refreshing = False
+        self._fresh_until = trio.current_time() + CREDENTIALS_TTL
+        if snapshot != self._snapshot:
+            log.debug("AWS credentials changed (access key %s)", snapshot.access_key)
+            self._snapshot, self._signers = snapshot, {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    """Where a bucket's object ``k`` is: ``{origin}{path}/{quote(k)}``, with ``host`` as
+    the Host header, signed for ``region`` (None: unsigned)."""
+
+    origin: str
+    host: str
+    path: str
+    region: str | None
+
+
+class _Redirected(Exception):
+    """S3 says the bucket is elsewhere; never escapes this module."""
 
 
 class S3Connection:
     """One open client; makes stores for any bucket reachable with it."""
 
-    def __init__(self, client: Any, options: S3Options, policy: RetryPolicy) -> None:
+    def __init__(self, client: Any, options: S3Options, policy: RetryPolicy,
+                 http: httpx.AsyncClient, credentials: _Credentials | None) -> None:
         self.client = client
         self.options = options
         self.policy = policy
+        self.http = http
+        self.limiter = trio.CapacityLimiter(options.max_connections)
+        self._credentials = credentials
+        self._routes: dict[str, _Route | None] = {}
 
     def store(self, bucket: str, prefix: str = "") -> S3Store:
         return S3Store(self, bucket, prefix)
@@ -164,6 +275,58 @@ class S3Connection:
     def store_for_url(self, url: str) -> S3Store:
         """The store for ``s3://BUCKET[/PREFIX]``."""
         return self.store(*parse_s3_url(url))
+
+    async def route(self, bucket: str) -> _Route | None:
+        """Where ``bucket``'s objects are, or None to read them through aiobotocore."""
+        try:
+            return self._routes[bucket]
+        except KeyError:
+            route = self._routes[bucket] = await self._resolve(bucket)
+            return route
+
+    def reroute(self, bucket: str, reason: str) -> None:
+        """Read ``bucket`` through aiobotocore from now on."""
+        if self._routes.get(bucket) is not None:
+            log.info("s3://%s: %s; reading it through aiobotocore", bucket, reason)
+        self._routes[bucket] = None
+
+    async def _resolve(self, bucket: str) -> _Route | None:
+        """``bucket``'s endpoint as aiobotocore's resolver gives it for GetObject."""
+        context: dict[str, Any] = {}
+        try:
+            url, headers, _ = await self.client._resolve_endpoint_ruleset(
+                self.client.meta.service_model.operation_model("GetObject"),
+                {"Bucket": bucket, "Key": "k"}, context)
+        except BotoCoreError as exc:  # aiobotocore says so again on the call itself
+            log.debug("s3://%s: no endpoint (%s)", bucket, exc)
+            return None
+        parts = urlsplit(url)
+        signing = context.get("signing", {})
+        region = None if self.options.anon else signing.get("region")
+        usual = (not headers and not parts.query and parts.scheme in ("http", "https")
+                 and (self.options.anon or (context.get("auth_type") == "v4" and region
+                                            and signing.get("signing_name") == "s3")))
+        if not usual:
+            log.info("s3://%s: endpoint %s (auth %s) needs botocore; reading it through "
+                     "aiobotocore", bucket, url, context.get("auth_type"))
+            return None
+        netloc = parts.netloc.lower()
+        host = netloc.removesuffix(":443" if parts.scheme == "https" else ":80")
+        log.debug("s3://%s at %s, %s", bucket, url, f"signed for {region}" if region
+                  else "unsigned")
+        return _Route(f"{parts.scheme}://{netloc}", host, parts.path.rstrip("/"), region)
+
+    async def send(self, route: _Route, method: str, key: str,
+                   headers: Mapping[str, str]) -> httpx.Response:
+        """One signed request for the object ``key`` (full key), its body not yet read."""
+        path = f"{route.path}/{quote(key, safe='/~')}"
+        request_headers = {"Host": route.host}
+        if route.region is not None and self._credentials is not None:
+            signer = await self._credentials.signer(route.region)
+            request_headers.update(signer.sign(method, route.host, path))
+        request_headers.update(headers)
+        request = self.http.build_request(method, route.origin + path, headers=request_headers)
+        return await self.http.send(request, stream=True)
 
 
 class S3Store:
@@ -173,6 +336,7 @@ class S3Store:
         self._conn = connection
         self._client = connection.client
         self._policy = connection.policy
+        self._limiter = connection.limiter
         self._page_size = connection.options.page_size
         self.bucket = bucket
         self.prefix = _prefix(prefix)
@@ -192,34 +356,75 @@ class S3Store:
                     if_match: str | None = None) -> Fetched:
         if byte_range is not None and byte_range.length == 0:
             return Fetched(b"", await self._head(key, if_match))
-        params: dict[str, Any] = {"Bucket": self.bucket, "Key": self.prefix + key}
+        headers: dict[str, str] = {}
         if byte_range is not None and (byte_range.start or byte_range.length is not None):
             end = "" if byte_range.length is None else byte_range.start + byte_range.length - 1
-            params["Range"] = f"bytes={byte_range.start}-{end}"
+            headers["Range"] = f"bytes={byte_range.start}-{end}"
         if if_match is not None:
-            params["IfMatch"] = if_match
+            headers["If-Match"] = if_match
 
         async def attempt() -> Fetched | None:
-            try:
-                response = await self._client.get_object(**params)
-            except ClientError as exc:
-                if _status(exc) == 416:
-                    return None
-                raise
-            async with response["Body"] as body:
-                data = await body.read()
-            return _fetched(key, response, data, byte_range)
+            route = await self._conn.route(self.bucket)
+            if route is not None:
+                try:
+                    return await self._get_direct(route, key, headers, byte_range)
+                except _Redirected as exc:
+                    self._conn.reroute(self.bucket, str(exc))
+            return await self._get_boto(key, headers, byte_range)
 
         fetched = await self._call(key, attempt)
         if fetched is None:  # the range starts at or past the end
             return Fetched(b"", await self._head(key, if_match))
         return fetched
 
+    async def _get_direct(self, route: _Route, key: str, headers: dict[str, str],
+                          byte_range: ByteRange | None) -> Fetched | None:
+        """One GET on the hot path; None for a 416."""
+        response = await self._conn.send(route, "GET", self.prefix + key, headers)
+        try:
+            status = response.status_code
+            if status in (200, 206):
+                data = await _body(response)
+                found = response.headers
+                return _fetched(key, found.get("content-range"), data, byte_range,
+                                etag=found.get("etag", ""),
+                                mtime=_http_mtime(found.get("last-modified")))
+            if status == 416:
+                return None
+            raise self._http_error(key, response, await _body(response))
+        finally:
+            await response.aclose()
+
+    async def _get_boto(self, key: str, headers: dict[str, str],
+                        byte_range: ByteRange | None) -> Fetched | None:
+        """One GetObject through aiobotocore; None for a 416."""
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": self.prefix + key}
+        if "Range" in headers:
+            params["Range"] = headers["Range"]
+        if "If-Match" in headers:
+            params["IfMatch"] = headers["If-Match"]
+        try:
+            response = await self._client.get_object(**params)
+        except ClientError as exc:
+            if _status(exc) == 416:
+                return None
+            raise
+        async with response["Body"] as body:
+            data = await body.read()
+        return _fetched(key, response.get("ContentRange"), data, byte_range,
+                        etag=response.get("ETag", ""), mtime=_mtime(response))
+
     async def head(self, key: str) -> ObjectInfo:
         return await self._head(key, None)
 
     async def _head(self, key: str, if_match: str | None) -> ObjectInfo:
         async def attempt() -> ObjectInfo:
+            route = await self._conn.route(self.bucket)
+            if route is not None:
+                try:
+                    return await self._head_direct(route, key)
+                except _Redirected as exc:
+                    self._conn.reroute(self.bucket, str(exc))
             response = await self._client.head_object(Bucket=self.bucket, Key=self.prefix + key)
             return ObjectInfo(response["ContentLength"], response.get("ETag", ""),
                               _mtime(response))
@@ -228,6 +433,22 @@ class S3Store:
         if if_match is not None and info.etag != if_match:
             raise Changed(key, f"changed (etag {info.etag}, expected {if_match})")
         return info
+
+    async def _head_direct(self, route: _Route, key: str) -> ObjectInfo:
+        """One HEAD on the hot path."""
+        response = await self._conn.send(route, "HEAD", self.prefix + key, {})
+        try:
+            if response.status_code != 200:
+                raise self._http_error(key, response, b"")
+            found = response.headers
+            size = found.get("content-length", "")
+            if not size.isdigit():
+                raise StorageError(key, f"HEAD answer without a usable Content-Length "
+                                        f"({size!r})")
+            return ObjectInfo(int(size), found.get("etag", ""),
+                              _http_mtime(found.get("last-modified")))
+        finally:
+            await response.aclose()
 
     async def exists(self, key: str) -> bool:
         try:
@@ -293,14 +514,17 @@ class S3Store:
         return listing, next_token
 
     async def _call(self, key: str, operation: Callable[[], Awaitable[T]]) -> T:
-        """``operation`` with retries, every failure mapped to this package's errors."""
+        """``operation`` with retries, under the limiter, every failure mapped to this
+        package's errors."""
         async def attempt() -> T:
             try:
                 return await operation()
             except (MountError, Transient):
                 raise
             except ClientError as exc:
-                raise self._client_error(key, exc) from exc
+                error = exc.response.get("Error", {})
+                raise self._error(key, _status(exc), str(error.get("Code", "")),
+                                  error.get("Message")) from exc
             except (NoCredentialsError, PartialCredentialsError,
                     CredentialRetrievalError) as exc:
                 raise StorageError(key, f"no usable AWS credentials ({exc}): "
@@ -313,19 +537,37 @@ class S3Store:
             except BotoCoreError as exc:
                 raise StorageError(key, str(exc)) from exc
             except Exception as exc:
+                tls = tls_failure(exc)
+                if tls is not None:
+                    raise StorageError(key, f"TLS failed: {tls}") from exc
                 reason = transient_error(exc)
                 if reason is not None:
                     raise Transient(reason) from exc
                 log.debug("unexpected error reading %s/%s", self.url, key, exc_info=True)
                 raise StorageError(key, f"{type(exc).__name__}: {exc}") from exc
 
-        return await retrying(key, self._policy, attempt)
+        async with self._limiter:
+            return await retrying(key, self._policy, attempt)
 
-    def _client_error(self, key: str, exc: ClientError) -> Exception:
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = _status(exc)
-        said = f"HTTP {status} {code}: {error.get('Message') or 'no message'}"
+    def _http_error(self, key: str, response: httpx.Response, body: bytes) -> Exception:
+        """What a hot-path answer other than 2xx and 416 means; ``body`` is its body
+        (an S3 XML error, or nothing for HEAD)."""
+        status = response.status_code
+        text = body.decode("utf-8", "replace")
+        code = _ERROR_CODE.search(text)
+        message = _ERROR_MESSAGE.search(text)
+        if (status in (301, 307) or (code is not None and code[1] in _REDIRECT_CODES)
+                or (status == 400 and "x-amz-bucket-region" in response.headers)):
+            region = response.headers.get("x-amz-bucket-region", "not given")
+            return _Redirected(f"HTTP {status} {code[1] if code else ''} (bucket region "
+                               f"{region})")
+        # botocore's codes for bodiless answers: the status, and its reason phrase
+        return self._error(key, status, code[1] if code else str(status),
+                           message[1] if message else response.reason_phrase)
+
+    def _error(self, key: str, status: int, code: str, message: str | None) -> Exception:
+        """What an S3 error answer (``status``, error ``code``, ``message``) means."""
+        said = f"HTTP {status} {code}: {message or 'no message'}"
         if code == "NoSuchBucket":
             return StorageError(key, f"bucket {self.bucket!r} does not exist")
         if code in _NOT_FOUND or status == 404:
@@ -340,10 +582,14 @@ class S3Store:
         return StorageError(key, said)
 
 
-def _fetched(key: str, response: dict[str, Any], data: bytes,
-             byte_range: ByteRange | None) -> Fetched:
+async def _body(response: httpx.Response) -> bytes:
+    """The whole body as sent (no Content-Encoding decoding)."""
+    return b"".join([chunk async for chunk in response.aiter_raw()])
+
+
+def _fetched(key: str, content_range: str | None, data: bytes, byte_range: ByteRange | None,
+             *, etag: str, mtime: float) -> Fetched:
     """A GET's bytes and the whole object's info; a range the server ignored is cut here."""
-    content_range = response.get("ContentRange")
     if content_range:
         total = content_range.rpartition("/")[2]
         if not total.isdigit():
@@ -354,7 +600,7 @@ def _fetched(key: str, response: dict[str, Any], data: bytes,
         if byte_range is not None:
             stop = None if byte_range.length is None else byte_range.start + byte_range.length
             data = data[byte_range.start:stop]
-    return Fetched(data, ObjectInfo(size, response.get("ETag", ""), _mtime(response)))
+    return Fetched(data, ObjectInfo(size, etag, mtime))
 
 
 def _status(exc: ClientError) -> int:
@@ -365,3 +611,13 @@ def _status(exc: ClientError) -> int:
 def _mtime(response: dict[str, Any]) -> float:
     modified = response.get("LastModified")
     return modified.timestamp() if isinstance(modified, datetime) else 0.0
+
+
+def _http_mtime(modified: str | None) -> float:
+    """A Last-Modified header as seconds since the epoch; 0 if missing or unusable."""
+    if not modified:
+        return 0.0
+    try:
+        return parsedate_to_datetime(modified).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0.0
