@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from layouts import hsds_ids
@@ -48,8 +48,8 @@ from layouts.model import (
     LinkKind,
     ObjectKind,
 )
-from mountd.errors import Corrupt, NotFound
-from mountd.io.store import Store
+from mountd.errors import Corrupt, MountError, NotFound
+from mountd.io.store import Store, get_many
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,21 @@ def _load_json(key: str, raw: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise Corrupt(key, f"expected a JSON object, got {type(doc).__name__}")
     return doc
+
+
+def _object_json(key: str, raw: bytes) -> dict[str, Any]:
+    """An object's JSON. A zero-length object (a write in progress, or lost)
+    is Corrupt: something links to it, so it is not simply missing."""
+    if not raw:
+        raise Corrupt(key, "object JSON is empty")
+    return _load_json(key, raw)
+
+
+def _parse_id(obj_id: str) -> hsds_ids.HsdsId:
+    try:
+        return hsds_ids.parse_id(hsds_ids.normalize_id(obj_id))
+    except hsds_ids.BadId as exc:
+        raise Corrupt(f"id:{obj_id}", str(exc)) from exc
 
 
 async def probe(store: Store) -> bool:
@@ -183,13 +198,42 @@ class HsdsCatalog:
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
         return await self._object(obj_id)
 
+    async def get_objects(self, domain: Domain,
+                          obj_ids: Sequence[str]) -> list[AnyObject | MountError]:
+        """Many objects at once, each or the error loading it raised, in order.
+
+        The JSON of all of them is read with one ``get_many`` (one worker-thread
+        call on a local directory, concurrent GETs elsewhere), then parsed here.
+        """
+        hids: list[hsds_ids.HsdsId | MountError] = []
+        for obj_id in obj_ids:
+            try:
+                hids.append(_parse_id(obj_id))
+            except MountError as exc:
+                hids.append(exc)
+        keys = [hid.json_key() for hid in hids if not isinstance(hid, MountError)]
+        raws = iter(await get_many(self._store, keys))
+        out: list[AnyObject | MountError] = []
+        for hid in hids:
+            if isinstance(hid, MountError):
+                out.append(hid)
+                continue
+            raw = next(raws)
+            try:
+                if isinstance(raw, MountError):
+                    raise raw
+                out.append(await self._build(hid, _object_json(hid.json_key(), raw)))
+            except MountError as exc:
+                out.append(exc)
+        return out
+
     async def _object(self, obj_id: str) -> AnyObject:
-        try:
-            hid = hsds_ids.parse_id(hsds_ids.normalize_id(obj_id))
-        except hsds_ids.BadId as exc:
-            raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+        hid = _parse_id(obj_id)
+        return await self._build(hid, await self._read_json(hid.json_key()))
+
+    async def _build(self, hid: hsds_ids.HsdsId, doc: dict[str, Any]) -> AnyObject:
+        """The model object of ``hid`` from its JSON document."""
         key = hid.json_key()
-        doc = await self._read_json(key)
         if doc.get("id", hid.id) != hid.id:
             raise Corrupt(key, f"holds object {doc.get('id')!r}, not {hid.id}")
         try:
@@ -206,12 +250,7 @@ class HsdsCatalog:
             raise Corrupt(key, str(exc) or type(exc).__name__) from exc
 
     async def _read_json(self, key: str) -> dict[str, Any]:
-        """An object's JSON. A zero-length object (a write in progress, or lost)
-        is Corrupt: something links to it, so it is not simply missing."""
-        raw = await self._store.get(key)
-        if not raw:
-            raise Corrupt(key, "object JSON is empty")
-        return _load_json(key, raw)
+        return _object_json(key, await self._store.get(key))
 
     def _group(self, hid: hsds_ids.HsdsId, doc: Mapping[str, Any]) -> Group:
         raw_links = doc.get("links", {})

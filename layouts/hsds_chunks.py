@@ -21,8 +21,13 @@ How HSDS 1.0.2 writes chunks (``hsds/util/storUtil.py`` ``_compress``,
    numcodecs encodings (``VLenUTF8``/``VLenBytes``/``VLenArray`` are the HSDS
    stream with a uint32 item count in front; ``JSON`` re-encodes the values).
 
+``HsdsChunkStore.read_many`` reads a batch of chunk objects with one
+``get_many`` of the store (one worker-thread call for a local bucket,
+concurrent gets for a remote one), so tiny chunks do not each pay a thread
+hop; a missing object reads as None and a bad one as its error, each on its own.
+
 Concurrency: a store holds only immutable state and may be used from many trio
-tasks. Decoding a chunk whose stored or decoded size reaches
+tasks. Decoding a chunk (or a batch) whose stored or decoded size reaches
 ``THREAD_THRESHOLD`` runs in a worker thread under the module-level
 ``DECODE_LIMITER`` (2 threads); numcodecs and bitshuffle release the GIL.
 """
@@ -44,8 +49,8 @@ import trio
 from layouts import hsds_ids
 from layouts.hsds_types import FormatError, HType, read_count, read_elements, to_plain
 from layouts.model import ChunkIndex, ElementType, VlenKind, chunk_grid, in_chunk_grid
-from mountd.errors import Corrupt, NotFound
-from mountd.io.store import Store
+from mountd.errors import Corrupt, MountError, NotFound
+from mountd.io.store import Store, get_many
 
 log = logging.getLogger(__name__)
 
@@ -358,6 +363,46 @@ class HsdsChunkStore:
             raise Corrupt(key, "chunk object is empty")
         return await decode_sized(len(raw) + (self._spec.nbytes or len(raw)),
                                   decode_chunk, raw, self._spec, key)
+
+    async def read_many(self, indices: Sequence[ChunkIndex]) -> list[bytes | MountError | None]:
+        """``read`` of every index, in order, each a chunk, None or the error: the
+        objects are read with one ``get_many`` and decoded together (in one
+        worker-thread call once the batch reaches ``THREAD_THRESHOLD``)."""
+        if self._spec.plan.unknown:
+            raise Corrupt(self._dset.json_key(), f"unsupported filter {self._spec.plan.unknown}")
+        out: list[bytes | MountError | None] = [None] * len(indices)
+        where: list[int] = []
+        keys: list[str] = []
+        for pos, index in enumerate(indices):
+            if self._in_grid(index):
+                where.append(pos)
+                keys.append(self.key(index))
+        if not keys:
+            return out
+        raws = await get_many(self._store, keys)
+        nbytes = sum(len(raw) for raw in raws if isinstance(raw, bytes)) + \
+            (self._spec.nbytes or 0) * len(keys)
+        decoded = await decode_sized(nbytes, self._decode_all, keys, raws)
+        for pos, value in zip(where, decoded, strict=True):
+            out[pos] = value
+        return out
+
+    def _decode_all(self, keys: Sequence[str],
+                    raws: Sequence[bytes | MountError]) -> list[bytes | MountError | None]:
+        out: list[bytes | MountError | None] = []
+        for key, raw in zip(keys, raws, strict=True):
+            if isinstance(raw, NotFound):
+                out.append(None)
+            elif isinstance(raw, MountError):
+                out.append(raw)
+            elif not raw:
+                out.append(Corrupt(key, "chunk object is empty"))
+            else:
+                try:
+                    out.append(decode_chunk(raw, self._spec, key))
+                except Corrupt as exc:
+                    out.append(exc)
+        return out
 
     async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
         if self._grid is None:

@@ -2,12 +2,16 @@
 
 Owns the sequential-read state of each dataset whose chunk files are being
 read: a ``ReadaheadWindow`` over the dataset's chunks laid end to end in grid
-C order (chunk ``k`` in that order starts at byte ``k * chunk size``), and a
-watermark: the grid position up to which prefetches were accepted. Each read
-of a chunk file asks for the chunks after it that fill the window, in grid
-order, from the watermark on; so one read costs about one prefetch once the
-window is full, and a refused prefetch is asked for again on the next read.
-A jump (reading far from the expected chunk) resets the window.
+C order (chunk ``k`` in that order starts at byte ``k * unit``, where a
+chunk's unit is its decoded size plus what its cache entry costs besides,
+``ENTRY_OVERHEAD``), and a watermark: the grid position up to which
+prefetches were accepted. Each read of a chunk file asks, in one call, for
+the chunks after it that fill the window, in grid order, from the watermark
+on, at most ``AHEAD_CHUNKS`` past the read; so one read costs about one
+prefetch once the window is full, and a refused prefetch is asked for again
+on the next read. A jump (reading far from the expected chunk) resets the
+window. ``AHEAD_CHUNKS`` also bounds the ``.npy`` readahead: a window of
+tiny chunks is bounded by their count as well as their bytes.
 
 State is kept for the ``max_datasets`` datasets read most recently.
 
@@ -24,12 +28,19 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from layouts.model import ChunkIndex, Dataset
+from mountd.chunkbatch import chunk_bytes
+from mountd.chunkcache import ENTRY_OVERHEAD
 from mountd.io.readahead import START, ReadaheadWindow
 
-#: What one chunk of a variable-length type counts as in the window (its size is unknown).
-VLEN_CHUNK_BYTES = 64 << 10
 #: Datasets whose sequential state is kept.
 MAX_DATASETS = 256
+#: Most chunks read ahead of one read, however small they are.
+AHEAD_CHUNKS = 32768
+
+
+def chunk_unit(ds: Dataset) -> int:
+    """What one chunk of ``ds`` counts as in a readahead window, in bytes."""
+    return chunk_bytes(ds) + ENTRY_OVERHEAD
 
 
 def ravel(index: ChunkIndex, grid: tuple[int, ...]) -> int:
@@ -70,25 +81,24 @@ class GridReadahead:
         return 0 if stream is None else stream.window.window
 
     def on_read(self, key: Hashable, ds: Dataset, index: ChunkIndex,
-                start: Callable[[ChunkIndex], bool]) -> int:
+                start: Callable[[list[ChunkIndex]], int]) -> int:
         """Record a read of chunk ``index`` of ``ds`` (known as ``key``) and call
-        ``start`` for the chunks to read ahead, in grid order, until it refuses
-        one. Returns how many it accepted."""
+        ``start`` once with the chunks to read ahead, in grid order; it returns
+        how many of them (from the first) it accepted, which this returns."""
         grid = ds.grid or (1,)
-        unit = ds.chunk_nbytes or VLEN_CHUNK_BYTES
+        unit = chunk_unit(ds)
         pos = ravel(index, grid)
         stream = self._stream(key)
         ahead = stream.window.observe(pos * unit, unit)
         if not ahead:
             stream.mark = pos + 1
             return 0
-        end = min(math.prod(grid), pos + 1 + -(-ahead // unit))
+        end = min(math.prod(grid), pos + 1 + min(-(-ahead // unit), AHEAD_CHUNKS))
         nxt = max(stream.mark, pos + 1)
-        started = 0
-        while nxt < end and start(unravel(nxt, grid)):
-            nxt += 1
-            started += 1
-        stream.mark = nxt
+        if nxt >= end:
+            return 0
+        started = start([unravel(p, grid) for p in range(nxt, end)])
+        stream.mark = nxt + started
         return started
 
     def _stream(self, key: Hashable) -> _Stream:

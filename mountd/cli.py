@@ -68,6 +68,9 @@ mount options (-o, comma separated, mount(8) style):
                        also leaves free space on its file system
   timeout=SECS         longest time one storage request may take, retries
                        included, before the reader gets EIO (default: 30)
+  stats_file=PATH      on SIGUSR1 and at unmount, write the daemon's figures
+                       as JSON to PATH: FUSE requests served by kind, inodes,
+                       cache hits and misses, peak memory (default: none)
   endpoint_url=URL, region=NAME, profile=NAME, anon
                        the same as the S3 options above, for fstab
   allow_local_refs     let a reference file fetched over http(s) point at

@@ -45,6 +45,7 @@ class MountConfig:
     kernel_options: list[str] = field(default_factory=list)
     log_level: str = "WARNING"
     log_file: str | None = None
+    stats_file: str | None = None
 
     def fuse_options(self) -> set[str]:
         """Options for ``pyfuse3.init``: always read-only, with kernel permission checks."""
@@ -115,6 +116,10 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 if not val:
                     raise OptionError("option cache_dir needs a directory")
                 config.cache_dir = os.path.abspath(val)
+            elif name == "stats_file":
+                if not val:
+                    raise OptionError("option stats_file needs a path")
+                config.stats_file = os.path.abspath(val)
             elif name == "disk_cache_size":
                 config.disk_cache_size = parse_size(name, val)
             elif name == "timeout":

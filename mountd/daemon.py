@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import logging.handlers
 import os
@@ -29,6 +30,7 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
+from mountd import stats
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
@@ -97,6 +99,19 @@ def keep_freed_memory() -> None:
         log.debug("mallopt not available; using the C library's defaults")
 
 
+#: Container allocations between young-generation collections (CPython's default
+#: is 700). The daemon allocates tens of thousands of objects per group it
+#: lists, nearly all of them kept in caches; at the default, collecting them
+#: again and again cost a fifth of a wide listing's CPU.
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Collect garbage less often; the caches, not cycles, hold the memory."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
 def setup_logging(config: MountConfig, to_stderr: bool) -> None:
     handlers: list[logging.Handler] = []
     if config.log_file:
@@ -153,8 +168,10 @@ def _raise_readahead(mountpoint: str, size: int) -> None:
         log.info("readahead left as is: %s", exc)
 
 
-async def _loop(ops: Operations, config: MountConfig, ready: Callable[[], None]) -> bool:
-    """Run the FUSE loop until unmounted or signalled; True if a signal ended it."""
+async def _loop(ops: Operations, config: MountConfig, ready: Callable[[], None],
+                report: Callable[[], None]) -> bool:
+    """Run the FUSE loop until unmounted or signalled; True if a signal ended it.
+    SIGUSR1 calls ``report``."""
     signalled = False
     async with trio.open_nursery() as nursery:
 
@@ -162,17 +179,26 @@ async def _loop(ops: Operations, config: MountConfig, ready: Callable[[], None])
             await pyfuse3.main()
             nursery.cancel_scope.cancel()
 
-        async def watch_signals() -> None:
+        async def watch_signals(task_status: trio.TaskStatus[None]) -> None:
             nonlocal signalled
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                task_status.started()
                 async for signum in signals:
                     log.info("received %s, unmounting", signal.Signals(signum).name)
                     signalled = True
                     nursery.cancel_scope.cancel()
                     return
 
+        async def watch_report(task_status: trio.TaskStatus[None]) -> None:
+            with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+                task_status.started()
+                async for _ in signals:
+                    report()
+
         nursery.start_soon(main_loop)
-        nursery.start_soon(watch_signals)
+        # Both receivers are in place before the mount is reported ready.
+        await nursery.start(watch_signals)
+        await nursery.start(watch_report)
         if config.readahead:
             await trio.to_thread.run_sync(_raise_readahead, config.mountpoint, config.readahead,
                                           abandon_on_cancel=True)
@@ -196,6 +222,7 @@ async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> No
 
 async def _serve(config: MountConfig, source: Source, ready: Callable[[], None]) -> None:
     keep_freed_memory()
+    tune_gc()
     cache = ChunkCache(config.chunk_cache)
     tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl), views=[NpyView()],
                 ref_index_ttl=config.metadata_ttl, chunk_cache=cache)
@@ -206,14 +233,20 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
         raise StartError(f"cannot mount on {config.mountpoint}: {exc}") from exc
     log.info("mounted %s on %s", config.source, config.mountpoint)
     unmount = True  # unless the kernel ended the session (fusermount3 -u)
+
+    def report() -> None:
+        if config.stats_file:
+            stats.write(config.stats_file, stats.figures(ops, tree, source.block_cache))
+
     try:
         async with trio.open_nursery() as background:
             cache.nursery = background
             if source.block_cache is not None:
                 source.block_cache.nursery = background
-            unmount = await _loop(ops, config, ready)
+            unmount = await _loop(ops, config, ready, report)
             background.cancel_scope.cancel()
     finally:
+        report()
         sd_notify("STOPPING=1")
         pyfuse3.close(unmount=unmount)
         log.info("unmounted %s (chunk cache: %d hits, %d misses)", config.mountpoint,

@@ -6,6 +6,9 @@ becomes ENOENT, Forbidden EACCES, StorageError (logged once per key) EIO,
 and anything unexpected EIO with a traceback in the log. Every modifying
 call answers EROFS.
 
+Every request is counted by kind in ``Operations.requests`` (one dict
+increment), which the daemon reports (``-o stats_file``).
+
 Concurrency: pyfuse3 runs handlers as concurrent trio tasks. The inode table
 and handle maps are changed only between awaits, so each change is atomic;
 nodes and handles are safe to share (see ``mountd.nodes``).
@@ -13,6 +16,7 @@ nodes and handles are safe to share (see ``mountd.nodes``).
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import logging
@@ -20,7 +24,7 @@ import os
 import stat as stat_mod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyfuse3
 
@@ -36,6 +40,7 @@ from mountd.nodes import (
     NodeType,
     Stat,
     SymlinkNode,
+    listed_stat,
 )
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,8 @@ _MODES = {
     NodeType.SYMLINK: stat_mod.S_IFLNK | 0o777,
 }
 BLOCK_SIZE = 1 << 20
+#: The only xattr namespace a mount has; every other is unsupported.
+XATTR_NAMESPACE = b"user."
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +80,17 @@ def errno_of(exc: BaseException) -> int:
     return errno.EIO
 
 
-def handler(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """Turn any exception a handler raises into the FUSEError for its errno."""
+def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
+            ) -> Callable[Concatenate[Operations, P], Awaitable[R]]:
+    """Count the request, and turn any exception the handler raises into the
+    FUSEError for its errno."""
+    name = fn.__name__
 
     @functools.wraps(fn)
-    async def wrapped(*args: P.args, **kwargs: P.kwargs) -> R:
+    async def wrapped(self: Operations, *args: P.args, **kwargs: P.kwargs) -> R:
+        self.requests[name] += 1
         try:
-            return await fn(*args, **kwargs)
+            return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
             raise
         except Exception as exc:
@@ -103,6 +114,8 @@ class Operations(pyfuse3.Operations):
         self.inodes = InodeTable(root)
         self.owner = owner
         self.ttl = ttl
+        #: Requests served, by handler name (``lookup``, ``getxattr``...).
+        self.requests: collections.Counter[str] = collections.Counter()
         self._files: dict[int, FileHandle] = {}
         self._dirs: dict[int, DirListing] = {}
         self._next_fh = 1
@@ -140,19 +153,6 @@ class Operations(pyfuse3.Operations):
         entry.st_ctime_ns = int(st.ctime * 1e9)
         return entry
 
-    async def _stat_or_placeholder(self, node: Node) -> Stat:
-        """A node's stat, or a bare one of the right type if its metadata is broken.
-
-        A directory listing must not fail because one child is corrupt; the
-        child then gives EIO when it is opened or looked up.
-        """
-        try:
-            return await node.stat()
-        except MountError as exc:
-            if isinstance(exc, StorageError):
-                report_once(exc)
-            return Stat(node.type)
-
     # -- lookups and attributes -----------------------------------------
 
     @handler
@@ -172,6 +172,7 @@ class Operations(pyfuse3.Operations):
         return self._entry(inode, await self._node(inode).stat())
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        self.requests["forget"] += 1
         for ino, count in inode_list:
             self.inodes.forget(ino, count)
 
@@ -184,6 +185,11 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        if not name.startswith(XATTR_NAMESPACE):
+            # ENOTSUP, not ENODATA: ls, cp, tar and rsync stop asking a device
+            # for a namespace (security.selinux, system.posix_acl_*) once it
+            # answers ENOTSUP, and ask again for every file while it does not.
+            raise pyfuse3.FUSEError(errno.ENOTSUP)
         attrs = await self._node(inode).xattrs()
         value = attrs.get(from_bytes(name))
         if value is None:
@@ -195,6 +201,7 @@ class Operations(pyfuse3.Operations):
         return [to_bytes(name) for name in await self._node(inode).xattrs()]
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        self.requests["statfs"] += 1
         data = pyfuse3.StatvfsData()
         data.f_bsize = BLOCK_SIZE
         data.f_frsize = BLOCK_SIZE
@@ -218,8 +225,8 @@ class Operations(pyfuse3.Operations):
     @handler
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self._dirs[fh]
-        async for next_id, name, node in listing.entries(start_id):
-            st = await self._stat_or_placeholder(node)
+        async for next_id, name, node, known in listing.entries(start_id):
+            st = known if known is not None else await listed_stat(node)
             ino = self.inodes.inode_of(node)
             if not pyfuse3.readdir_reply(token, to_bytes(name), self._entry(ino, st), next_id):
                 self.inodes.drop_if_unused(ino)
@@ -227,6 +234,7 @@ class Operations(pyfuse3.Operations):
             self.inodes.remember(ino)
 
     async def releasedir(self, fh: int) -> None:
+        self.requests["releasedir"] += 1
         listing = self._dirs.pop(fh, None)
         if listing is not None:
             await listing.aclose()
@@ -250,6 +258,7 @@ class Operations(pyfuse3.Operations):
         return await self._files[fh].read(off, size)
 
     async def release(self, fh: int) -> None:
+        self.requests["release"] += 1
         self._files.pop(fh, None)
 
     # -- everything that would modify: read-only ------------------------

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 
 from layouts.model import ObjectRef
 
@@ -59,6 +60,10 @@ def jsonable(value: Any, refs: Mapping[ObjectRef, str | None] | None = None) -> 
     refs = refs or {}
     if value is None or isinstance(value, bool | str):
         return value
+    if type(value) is dict:  # the common case first: no ABC check
+        return {str(k): jsonable(v, refs) for k, v in value.items()}
+    if type(value) is list:
+        return [jsonable(v, refs) for v in value]
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -85,8 +90,26 @@ def dumps(value: Any, refs: Mapping[ObjectRef, str | None] | None = None,
     return json.dumps(jsonable(value, refs), indent=indent, allow_nan=False, ensure_ascii=False)
 
 
+def dumps_indented(value: Any, refs: Mapping[ObjectRef, str | None] | None = None) -> bytes:
+    """``dumps(value, refs)`` (indented by 2) as UTF-8 bytes, the same JSON.
+
+    orjson writes it: the standard library's indenting encoder is pure Python
+    and about 10x slower, and the sidecars of a 100,000-link group are all
+    rendered when it is listed. Values orjson refuses, integers past 64 bits
+    and the lone surrogates of undecodable names, go through ``json``.
+    """
+    plain = jsonable(value, refs)
+    try:
+        return orjson.dumps(plain, option=orjson.OPT_INDENT_2)
+    except (orjson.JSONEncodeError, TypeError):
+        text = json.dumps(plain, indent=2, allow_nan=False, ensure_ascii=False)
+        return text.encode("utf-8", "surrogateescape")
+
+
 def iter_refs(value: Any) -> Iterator[ObjectRef]:
     """Every ``ObjectRef`` inside a model value, so a caller can resolve them first."""
+    if value is None or isinstance(value, str | int | float | bytes):
+        return
     if isinstance(value, ObjectRef):
         yield value
     elif isinstance(value, Mapping):

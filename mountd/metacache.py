@@ -1,6 +1,8 @@
 """A time-limited cache in front of a ``Catalog`` (``-o metadata_ttl``).
 
-Owns the cached answers of ``list_folder``, ``domain`` and ``get_object``.
+Owns the cached answers of ``list_folder``, ``domain`` and ``get_object``
+(``get_objects`` loads many at once; ``peek_object`` answers from the cache
+alone). Entries are evicted oldest fetch first, in O(1).
 Each answer, including a failure, is kept for ``ttl`` seconds, so a corrupt
 object is read (and logged) once per TTL, not once per kernel request.
 
@@ -14,7 +16,7 @@ the single-flight rule hold on one trio thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,10 @@ import trio
 
 from layouts.model import AnyObject, Catalog, Domain
 from mountd.errors import MountError
+from mountd.gather import outcomes
+
+#: Objects fetched at once, one by one, from a catalog without ``get_objects``.
+FETCH_CONCURRENCY = 64
 
 
 @dataclass(slots=True)
@@ -30,6 +36,7 @@ class _Entry:
     value: Any = None
     error: MountError | None = None
     pending: trio.Event | None = None
+    done: bool = False
 
 
 class CachedCatalog:
@@ -47,6 +54,26 @@ class CachedCatalog:
     def single_domain(self) -> str | None:
         return self.inner.single_domain
 
+    def _fresh(self, key: Hashable, now: float) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is None or entry.pending is not None or entry.expires <= now:
+            return None
+        return entry
+
+    def _begin(self, key: Hashable, now: float) -> _Entry:
+        """A pending entry for ``key``, newest in the eviction order."""
+        self._entries.pop(key, None)
+        entry = self._entries[key] = _Entry(expires=now + self.ttl, pending=trio.Event())
+        return entry
+
+    def _end(self, key: Hashable, entry: _Entry) -> None:
+        """Finish a fetch: wake its waiters; an entry with no outcome is dropped."""
+        if not entry.done and self._entries.get(key) is entry:
+            del self._entries[key]
+        event, entry.pending = entry.pending, None
+        if event is not None:
+            event.set()
+
     async def _cached(self, key: Hashable, fetch: Callable[[], Awaitable[Any]]) -> Any:
         now = self._clock()
         entry = self._entries.get(key)
@@ -57,32 +84,85 @@ class CachedCatalog:
             if entry.error is not None:
                 raise entry.error
             return entry.value
-        entry = _Entry(expires=now + self.ttl, pending=trio.Event())
-        self._entries[key] = entry
-        event = entry.pending
+        entry = self._begin(key, now)
         try:
             entry.value = await fetch()
+            entry.done = True
         except MountError as exc:
             entry.error = exc
-            raise
-        except BaseException:
-            del self._entries[key]
+            entry.done = True
             raise
         finally:
-            entry.pending = None
-            event.set()
+            self._end(key, entry)
             self._trim()
         return entry.value
 
     def _trim(self) -> None:
-        if len(self._entries) <= self.max_entries:
-            return
-        now = self._clock()
-        for key in [k for k, e in self._entries.items() if e.pending is None and e.expires <= now]:
-            del self._entries[key]
+        """Drop the entries fetched longest ago (dicts keep insertion order, and
+        every fetch re-inserts), skipping fetches still under way; O(1) each."""
         while len(self._entries) > self.max_entries:
-            oldest = next(k for k, e in self._entries.items() if e.pending is None)
-            del self._entries[oldest]
+            oldest = next(iter(self._entries))
+            entry = self._entries.pop(oldest)
+            if entry.pending is not None:
+                self._entries[oldest] = entry  # back at the end; it is newest anyway
+                return
+
+    def peek_object(self, domain: Domain, obj_id: str) -> AnyObject | None:
+        """The object if it is cached and fresh now (no I/O, no await)."""
+        entry = self._fresh(("obj", domain.path, obj_id), self._clock())
+        return None if entry is None else entry.value
+
+    async def get_objects(self, domain: Domain,
+                          obj_ids: Sequence[str]) -> list[AnyObject | MountError]:
+        """Many objects, each or its error, in order; the ones not cached are
+        fetched together (``get_objects`` of the inner catalog where it has
+        one, else concurrently one by one)."""
+        now = self._clock()
+        out: list[AnyObject | MountError] = [MountError("not loaded")] * len(obj_ids)
+        fetch: dict[str, _Entry] = {}
+        waiting: list[int] = []
+        for pos, obj_id in enumerate(obj_ids):
+            key = ("obj", domain.path, obj_id)
+            entry = self._entries.get(key)
+            if entry is not None and entry.pending is None and entry.expires > now:
+                out[pos] = entry.error if entry.error is not None else entry.value
+            elif (entry is not None and entry.pending is not None) or obj_id in fetch:
+                waiting.append(pos)
+            else:
+                fetch[obj_id] = self._begin(key, now)
+        try:
+            if fetch:
+                ids = list(fetch)
+                for obj_id, result in zip(ids, await self._fetch_objects(domain, ids),
+                                          strict=True):
+                    if isinstance(result, MountError):
+                        fetch[obj_id].error = result
+                    else:
+                        fetch[obj_id].value = result
+                    fetch[obj_id].done = True
+        finally:
+            for obj_id, entry in fetch.items():
+                self._end(("obj", domain.path, obj_id), entry)
+            self._trim()
+        for pos, obj_id in enumerate(obj_ids):
+            if obj_id in fetch:
+                entry = fetch[obj_id]
+                out[pos] = entry.error if entry.error is not None else entry.value
+        for pos in waiting:
+            try:
+                out[pos] = await self.get_object(domain, obj_ids[pos])
+            except MountError as exc:
+                out[pos] = exc
+        return out
+
+    async def _fetch_objects(self, domain: Domain,
+                             obj_ids: list[str]) -> list[AnyObject | MountError]:
+        batch = getattr(self.inner, "get_objects", None)
+        if batch is not None:
+            results: list[AnyObject | MountError] = await batch(domain, obj_ids)
+            return results
+        return await outcomes(lambda obj_id: self.inner.get_object(domain, obj_id), obj_ids,
+                              FETCH_CONCURRENCY)
 
     async def list_folder(self, path: str) -> list[str]:
         result: list[str] = await self._cached(("folder", path),

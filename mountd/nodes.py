@@ -20,10 +20,13 @@ import enum
 import itertools
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import trio
+
+from mountd.errors import MountError, StorageError, report_once
 
 
 class NodeType(enum.Enum):
@@ -61,12 +64,35 @@ class Node(ABC):
         return {}
 
 
+async def listed_stat(node: Node) -> Stat:
+    """A node's stat for a directory listing, or a bare one of the right type
+    if its metadata is broken: a listing must not fail because one child is
+    corrupt; the child then gives EIO when it is opened or looked up."""
+    try:
+        return await node.stat()
+    except StorageError as exc:
+        report_once(exc)
+    except MountError:
+        pass
+    return Stat(node.type)
+
+
+class Row(NamedTuple):
+    """One directory entry. ``stat`` is the node's stat when the listing
+    already knows it (then readdir asks the node for nothing more)."""
+
+    name: str
+    node: Node
+    stat: Stat | None = None
+
+
 class DirListing(ABC):
     """One open directory: its entries, read in pieces by cookie."""
 
     @abstractmethod
-    def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node]]:
-        """Yield ``(next_id, name, node)`` for the entries after cookie ``start``.
+    def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
+        """Yield ``(next_id, name, node, stat or None)`` for the entries after
+        cookie ``start``.
 
         ``start`` is 0 for the first call and otherwise a ``next_id`` this
         listing yielded before; ids are stable for the life of the listing.
@@ -80,19 +106,19 @@ class DirListing(ABC):
 class SnapshotListing(DirListing):
     """A listing computed whole on first use and kept while the directory is open."""
 
-    def __init__(self, compute: Callable[[], Awaitable[list[tuple[str, Node]]]]) -> None:
+    def __init__(self, compute: Callable[[], Awaitable[Sequence[Row]]]) -> None:
         self._compute = compute
-        self._items: list[tuple[str, Node]] | None = None
+        self._items: Sequence[Row] | None = None
         self._lock = trio.Lock()
 
-    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node]]:
+    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
         async with self._lock:
             if self._items is None:
                 self._items = await self._compute()
             items = self._items
         for pos in range(start, len(items)):
-            name, node = items[pos]
-            yield pos + 1, name, node
+            name, node, st = items[pos]
+            yield pos + 1, name, node, st
 
     async def aclose(self) -> None:
         self._items = None
@@ -115,15 +141,15 @@ class StreamListing(DirListing):
     listings do, while nothing is written).
     """
 
-    def __init__(self, open_stream: Callable[[], AsyncIterator[tuple[str, Node]]],
+    def __init__(self, open_stream: Callable[[], AsyncIterator[Row]],
                  window: int = STREAM_WINDOW) -> None:
         self._open = open_stream
         self.window = window
         self.restarts = 0
-        self._stream: AsyncIterator[tuple[str, Node]] | None = None
+        self._stream: AsyncIterator[Row] | None = None
         self._taken = 0  # entries taken from the current stream
         self._ended = False
-        self._recent: deque[tuple[str, Node]] = deque(maxlen=window)
+        self._recent: deque[Row] = deque(maxlen=window)
         self._lock = trio.Lock()
 
     @property
@@ -131,18 +157,18 @@ class StreamListing(DirListing):
         """Entries held now (at most ``window``)."""
         return len(self._recent)
 
-    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node]]:
+    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
         pos = start
         while True:
             async with self._lock:
                 batch = await self._batch_after(pos)
             if not batch:
                 return
-            for name, node in batch:
+            for name, node, st in batch:
                 pos += 1
-                yield pos, name, node
+                yield pos, name, node, st
 
-    async def _batch_after(self, pos: int) -> list[tuple[str, Node]]:
+    async def _batch_after(self, pos: int) -> list[Row]:
         """Up to ``STREAM_BATCH`` entries after cookie ``pos``."""
         if self._stream is None or pos < self._taken - len(self._recent):
             await self._restart()

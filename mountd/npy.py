@@ -3,17 +3,25 @@
 Owns the NPY header of a dataset and the mapping from a byte range of the
 file to the chunks it touches. A read is split into at most ``2*ndim-1``
 boxes of the array (a C-order run of elements is a few hyper-rectangles);
-only the chunks intersecting those boxes are fetched, through the shared
-decoded-chunk cache, and copied out with NumPy. Chunks that are not stored
-read as the fill value.
+only the chunks intersecting those boxes are fetched, all with one batch
+call to the shared decoded-chunk cache (``Tree.chunks``: misses are read
+many chunks per store call, never one task per chunk), and copied out with
+NumPy. When chunks hold whole rows (every dimension but the first is whole,
+as in 1-D datasets of many tiny chunks), each chunk is one C-order run and
+the read is the needed parts of its chunks joined, with no per-chunk NumPy
+work. Chunks that are not stored read as the fill value; a chunk that
+cannot be read fails the reads that need it (EIO) and no others.
 
 Readahead: each handle has a ``ReadaheadWindow`` (about 1 MiB at first,
 doubling while the reads are sequential, up to a quarter of the chunk cache,
 back to nothing after a jump). After each read, the chunks holding the
 window's bytes after it are started in the background in grid (C) order
-through the chunk cache, so fetching and decoding run ahead of the kernel's
-requests. A watermark (the first element not yet covered by an accepted
-prefetch) makes a steady reader ask only for the new part of the window.
+through the chunk cache, in batches, bounded by the window's bytes (each
+chunk counting its cache entry's overhead too) and by ``AHEAD_CHUNKS``, so
+fetching and decoding run ahead of the kernel's requests without a window
+of tiny chunks meaning millions of them. A watermark (the first element not
+yet covered by an accepted prefetch) makes a steady reader ask only for the
+new part of the window.
 
 Elements are copied as opaque ``V<itemsize>`` items, so every fixed-size
 type (compound, strings, references) is moved byte for byte in the dataset's
@@ -26,6 +34,7 @@ handle are safe.
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import math
@@ -33,10 +42,10 @@ from collections.abc import Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import trio
 
 from layouts.model import AnyObject, ChunkIndex, Dataset
-from mountd.errors import StorageError
+from mountd.chunkahead import AHEAD_CHUNKS, chunk_unit
+from mountd.errors import MountError, StorageError
 from mountd.io.readahead import START, ReadaheadWindow
 from mountd.nodes import FileHandle, FileNode, NodeType, Stat
 
@@ -58,7 +67,12 @@ def npy_dtype_shape(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
 
 def npy_header(ds: Dataset) -> bytes:
     """The NPY header of the dataset: version 1.0 when it fits, else 2.0, else 3.0."""
-    dtype, shape = npy_dtype_shape(ds)
+    return _header(*npy_dtype_shape(ds))
+
+
+@functools.lru_cache(maxsize=4096)
+def _header(dtype: np.dtype[Any], shape: tuple[int, ...]) -> bytes:
+    """The NPY header for ``dtype`` and ``shape`` (a wide group's datasets share a few)."""
     fields = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
               "shape": shape}
     buf = io.BytesIO()
@@ -186,6 +200,10 @@ class NpyHandle(FileHandle):
         self.size = len(self.header) + self.elements * self.itemsize
         self.item = np.dtype(f"V{self.itemsize}")
         self.fill = np.frombuffer(ds.fill_bytes(), dtype=self.item)[0]
+        #: Chunks hold whole rows (every dimension but the first is whole), so
+        #: chunk ``k`` along the first dimension is one C-order run of elements.
+        self.runs = bool(self.shape) and ds.chunks[1:] == self.shape[1:]
+        self._fill_chunk: bytes | None = None
         cap = tree.readahead_cap
         self.readahead = ReadaheadWindow(START if cap >= START else 0, cap)
         #: First element not yet covered by an accepted prefetch.
@@ -205,40 +223,39 @@ class NpyHandle(FileHandle):
         if not ahead:
             self.prefetched_to = e1
         elif self.shape:
-            self._prefetch(e1, min(self.elements, e1 + -(-ahead // self.itemsize)))
+            self._prefetch(e1, min(self.elements, e1 + -(-ahead // self.itemsize)), ahead)
         raw = (await self._elements(e0, e1)).view(np.uint8)
         data = memoryview(raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
         return head + bytes(data) if head else data
 
-    async def _chunk(self, index: ChunkIndex) -> bytes | None:
-        return await self.tree.chunk(self.op, self.ds, index)
+    async def _chunks(self, indices: list[ChunkIndex]) -> list[bytes | None]:
+        """The chunks at ``indices`` (None: not stored); the first error is raised."""
+        got = await self.tree.chunks(self.op, self.ds, indices)
+        for data in got:
+            if isinstance(data, MountError):
+                raise data
+        return got  # type: ignore[return-value]
+
+    def _filled_chunk(self) -> bytes:
+        """A whole chunk of the fill value (made when first needed)."""
+        if self._fill_chunk is None:
+            self._fill_chunk = np.full(self.ds.chunk_elements, self.fill, self.item).tobytes()
+        return self._fill_chunk
 
     async def _elements(self, e0: int, e1: int) -> np.ndarray:
         """Elements ``[e0, e1)`` in C order, as a flat array of ``V<itemsize>`` items."""
-        out = np.empty(e1 - e0, dtype=self.item)
         if not self.shape:
-            data = await self._chunk((0,))
+            out = np.empty(e1 - e0, dtype=self.item)
+            data = await self.tree.chunk(self.op, self.ds, (0,))
             out[:] = np.frombuffer(data, self.item)[0] if data is not None else self.fill
             return out
+        if self.runs:
+            return await self._run_elements(e0, e1)
+        out = np.empty(e1 - e0, dtype=self.item)
         boxes = list(flat_boxes(self.shape, e0, e1))
-        got: dict[ChunkIndex, bytes | None] = {}
-        missing = []
-        for index in {i for box in boxes for i in chunks_of_box(box, self.ds.chunks)}:
-            hit, data = self.tree.cached_chunk(self.op, self.ds, index)
-            if hit:
-                got[index] = data
-            else:
-                missing.append(index)
-
-        async def one(index: ChunkIndex) -> None:
-            got[index] = await self._chunk(index)
-
-        if len(missing) == 1:
-            await one(missing[0])
-        elif missing:
-            async with trio.open_nursery() as nursery:
-                for index in missing:
-                    nursery.start_soon(one, index)
+        indices = list(dict.fromkeys(index for box in boxes
+                                     for index in chunks_of_box(box, self.ds.chunks)))
+        got = dict(zip(indices, await self._chunks(indices), strict=True))
         pos = 0
         for start, stop in boxes:
             box_shape = [b - a for a, b in zip(start, stop, strict=True)]
@@ -246,6 +263,32 @@ class NpyHandle(FileHandle):
             self._fill_box(out[pos:pos + count].reshape(box_shape), start, stop, got)
             pos += count
         return out
+
+    async def _run_elements(self, e0: int, e1: int) -> np.ndarray:
+        """``_elements`` when each chunk is one C-order run: the parts of the
+        chunks ``[e0, e1)`` falls in, joined."""
+        per = self.ds.chunk_elements
+        nbytes = per * self.itemsize
+        k0, k1 = e0 // per, -(-e1 // per)
+        rest = (0,) * (len(self.shape) - 1)
+        got = await self._chunks([(k, *rest) for k in range(k0, k1)])
+        parts: list[bytes | memoryview] = []
+        for data in got:
+            if data is None:
+                parts.append(self._filled_chunk())
+                continue
+            if len(data) != nbytes:
+                raise StorageError(self.op.h5path, f"chunk has {len(data)} bytes, "
+                                   f"expected {nbytes}")
+            parts.append(data)
+        skip = (e0 - k0 * per) * self.itemsize
+        last = (e1 - (k1 - 1) * per) * self.itemsize
+        if len(parts) == 1:
+            parts[0] = memoryview(parts[0])[skip:last]
+        else:
+            parts[0] = memoryview(parts[0])[skip:]
+            parts[-1] = memoryview(parts[-1])[:last]
+        return np.frombuffer(b"".join(parts), dtype=self.item)
 
     def _fill_box(self, dest: np.ndarray, start: tuple[int, ...], stop: tuple[int, ...],
                   got: dict[ChunkIndex, bytes | None]) -> None:
@@ -264,19 +307,26 @@ class NpyHandle(FileHandle):
             dest[dst] = block[tuple(slice(x - o, y - o)
                                     for x, y, o in zip(lo, hi, origin, strict=True))]
 
-    def _prefetch(self, e1: int, e2: int) -> None:
+    def _prefetch(self, e1: int, e2: int, ahead: int) -> None:
         """Start the chunks holding elements ``[e1, e2)`` in grid order, from the
-        watermark on (what earlier reads started is not asked for again)."""
+        watermark on (what earlier reads started is not asked for again): at
+        most ``ahead`` bytes of them counting each cache entry's overhead, and
+        at most ``AHEAD_CHUNKS`` of them."""
         lo = max(e1, self.prefetched_to)
         if lo >= e2:
             return
-        self.prefetched_to = e2
-        nbytes = self.ds.chunk_nbytes or 1
-        for n, (index, first) in enumerate(chunks_in_order(self.shape, self.ds.chunks, lo, e2)):
-            # Chunks much wider than the window (a row across many chunks) may
-            # not flood the cache: at most readahead_cap bytes of them at once.
-            if n * nbytes >= self.tree.readahead_cap or \
-                    not self.tree.prefetch_chunk(self.op, self.ds, index):
-                # Refused for now: a later read asks again from here.
-                self.prefetched_to = first
-                return
+        # Bounds the list below; the chunks past it are asked for by later reads.
+        e2 = min(e2, lo + AHEAD_CHUNKS * self.ds.chunk_elements)
+        if self.runs:
+            per = self.ds.chunk_elements
+            rest = (0,) * (len(self.shape) - 1)
+            wanted = [((k, *rest), max(lo, k * per)) for k in range(lo // per, -(-e2 // per))]
+        else:
+            wanted = chunks_in_order(self.shape, self.ds.chunks, lo, e2)
+        # Chunks much wider than the window (a row across many chunks) may not
+        # flood the cache: at most ``ahead`` bytes of them at once.
+        room = min(AHEAD_CHUNKS, max(1, -(-ahead // chunk_unit(self.ds))))
+        accepted = self.tree.prefetch_chunks(self.op, self.ds,
+                                             [index for index, _ in wanted[:room]])
+        # What was refused or left out is asked for again by a later read, from here.
+        self.prefetched_to = wanted[accepted][1] if accepted < len(wanted) else e2

@@ -9,7 +9,7 @@ object references to paths). Stateless; safe from any number of tasks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numcodecs
@@ -25,9 +25,15 @@ XATTR_MAX = 64 * 1024
 RefResolver = Callable[[ObjectRef], Awaitable[str | None]]
 
 
-async def resolved_jsonable(value: Any, resolve: RefResolver) -> Any:
-    """``value`` as strict-JSON-safe Python, object references resolved to paths."""
-    refs = {ref: await resolve(ref) for ref in set(jsonvalue.iter_refs(value))}
+async def resolved_jsonable(value: Any, resolve: RefResolver,
+                            holding_refs: Sequence[Any] | None = None) -> Any:
+    """``value`` as strict-JSON-safe Python, object references resolved to paths.
+
+    ``holding_refs``, when given, are the only parts of ``value`` that may hold
+    references (attribute values, say), so the rest is not searched.
+    """
+    scan = [value] if holding_refs is None else holding_refs
+    refs = {ref: await resolve(ref) for part in scan for ref in set(jsonvalue.iter_refs(part))}
     return jsonvalue.jsonable(value, refs)
 
 
@@ -87,14 +93,16 @@ async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
     doc["attributes"] = {a.name: a.value for a in obj.attrs}
     doc["created"] = obj.created
     doc["modified"] = obj.modified
-    result: dict[str, Any] = await resolved_jsonable(doc, resolve)
+    # References live in attribute values and data; the rest is storage JSON.
+    holding = [*doc["attributes"].values(), doc.get("value"), doc.get("fill_value")]
+    result: dict[str, Any] = await resolved_jsonable(doc, resolve, holding)
     return result
 
 
 async def sidecar_bytes(obj: AnyObject, h5path: str, domain: Domain | None,
                         resolve: RefResolver) -> bytes:
     doc = await sidecar_document(obj, h5path, domain, resolve)
-    return (jsonvalue.dumps(doc) + "\n").encode("utf-8")
+    return jsonvalue.dumps_indented(doc) + b"\n"
 
 
 async def object_xattrs(obj: AnyObject, resolve: RefResolver) -> dict[str, bytes]:

@@ -15,7 +15,9 @@ directory streams its chunk names from storage (``StreamListing``); it never
 holds them all. A walker opening a group's child directories in order (``ls
 -R``, ``find``) gets the next ones loaded in the background
 (``mountd.dirahead``), and a reader of chunk files in grid order gets the
-next chunks decoded ahead (``mountd.chunkahead``).
+next chunks decoded ahead (``mountd.chunkahead``). Chunks are fetched
+through the chunk cache one at a time (``Tree.chunk``) or in batches
+(``Tree.chunks``, ``Tree.prefetch_chunks``; ``mountd.chunkbatch``).
 
 Concurrency: the tree's mutable state is the reference-path index (rebuilt
 whole and swapped in with no ``await`` in between), the memo and the two
@@ -28,7 +30,6 @@ the chunk cache (``Tree.nursery``; none: no background work), at most
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import posixpath
 import re
@@ -52,13 +53,14 @@ from layouts.model import (
     ObjectKind,
     ObjectRef,
 )
-from mountd import sidecar, zarrmeta
+from mountd import chunkbatch, sidecar, zarrmeta
 from mountd.chunkahead import GridReadahead
 from mountd.chunkcache import ChunkCache
 from mountd.dirahead import DirReadahead
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.io import readahead
 from mountd.memo import Memo
+from mountd.metacache import CachedCatalog
 from mountd.names import display_name
 from mountd.nodes import (
     BytesHandle,
@@ -68,10 +70,12 @@ from mountd.nodes import (
     FileNode,
     Node,
     NodeType,
+    Row,
     SnapshotListing,
     Stat,
     StreamListing,
     SymlinkNode,
+    listed_stat,
 )
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,10 @@ PRELOAD_LINKS = 1000
 #: Chunk names of one dataset kept once listed (one page of an S3 listing); longer
 #: listings are read from storage each time.
 SMALL_LISTING = 1000
+#: Objects loaded per batch (one worker-thread call on local disk) when a group is listed.
+LOAD_BATCH = 256
+#: Batches loaded at once (remote stores overlap their round trips).
+LOAD_CONCURRENCY = 4
 #: Most objects visited when indexing a domain to resolve references.
 REF_INDEX_LIMIT = 200_000
 
@@ -163,6 +171,8 @@ class Tree:
         self.started = time.time()
         self._ref_index_ttl = ref_index_ttl
         self._ref_index: dict[str, tuple[float, dict[str, str]]] = {}
+        self._peek: Callable[[Domain, str], AnyObject | None] = (
+            catalog.peek_object if isinstance(catalog, CachedCatalog) else _no_peek)
 
     # -- model access ---------------------------------------------------
 
@@ -174,6 +184,32 @@ class Tree:
         except NotFound as exc:
             raise StorageError(str(exc), f"object {op.id} linked at {op.h5path} is missing") \
                 from exc
+
+    def peek(self, op: ObjPath) -> AnyObject | None:
+        """The object at ``op`` if the catalog's cache holds it fresh (no I/O)."""
+        return self._peek(op.domain, op.id)
+
+    def all_fresh(self, domain: Domain, objects: list[tuple[str, AnyObject]] | None) -> bool:
+        """True if the cache still hands out exactly these objects of ``domain``."""
+        if objects is None:
+            return False
+        peek = self._peek
+        return all(peek(domain, obj_id) is obj for obj_id, obj in objects)
+
+    async def load_objects(self, domain: Domain, obj_ids: Sequence[str]) -> None:
+        """Bring many objects into the catalog's cache at once, in batches of
+        ``LOAD_BATCH`` (one worker-thread call each on local disk), up to
+        ``LOAD_CONCURRENCY`` batches at a time. Failures stay in the cache,
+        to be reported when the object is used."""
+        catalog = self.catalog
+        if not isinstance(catalog, CachedCatalog) or not obj_ids:
+            return
+        batches = [obj_ids[i:i + LOAD_BATCH] for i in range(0, len(obj_ids), LOAD_BATCH)]
+
+        async def load(batch: Sequence[str]) -> None:
+            await catalog.get_objects(domain, batch)
+
+        await for_each(batches, load, workers=LOAD_CONCURRENCY)
 
     async def group(self, op: ObjPath) -> Group:
         """The object at ``op``, which must be a group (else EIO: it changed kind)."""
@@ -211,16 +247,26 @@ class Tree:
         """``(True, chunk)`` when the chunk is in the cache now; no I/O."""
         return self.chunk_cache.peek((op.domain.path, ds.id, index))
 
-    def prefetch_chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> bool:
-        """Start decoding a chunk in the background; False if the cache refused for now."""
-        return self.chunk_cache.prefetch((op.domain.path, ds.id, index),
-                                         lambda: ds.read_chunk(index))
+    async def chunks(self, op: ObjPath, ds: Dataset,
+                     indices: Sequence[ChunkIndex]) -> list[bytes | MountError | None]:
+        """Decoded chunks through the shared cache, the missing ones read in
+        batches: for each index the chunk, None (not stored) or its error."""
+        return await self.chunk_cache.get_many(
+            [(op.domain.path, ds.id, index) for index in indices],
+            chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
+
+    def prefetch_chunks(self, op: ObjPath, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
+        """Start decoding chunks in the background, in batches; how many of
+        ``indices`` (from the first) the cache accepted for now."""
+        return self.chunk_cache.prefetch_many(
+            [(op.domain.path, ds.id, index) for index in indices],
+            chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
 
     def chunk_file_read(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
         """A chunk file is being read: prefetch the next chunks in grid order if
         this dataset's chunk files are being read in that order."""
         self.grid_readahead.on_read((op.domain.path, ds.id), ds, index,
-                                    lambda nxt: self.prefetch_chunk(op, ds, nxt))
+                                    lambda ahead: self.prefetch_chunks(op, ds, ahead))
 
     # -- background loading ---------------------------------------------
 
@@ -236,7 +282,8 @@ class Tree:
         if nursery is None or not node.op.names:
             return
         for child in self.dir_readahead.opened(node.op.parent.key, node.op.key):
-            nursery.start_soon(self._preload, child)
+            if not child.loaded():
+                nursery.start_soon(self._preload, child)
 
     async def _preload(self, node: ObjectDir) -> None:
         try:
@@ -394,6 +441,11 @@ async def for_each(items: Sequence[T], work: Callable[[T], Awaitable[None]],
             nursery.start_soon(worker)
 
 
+def _no_peek(domain: Domain, obj_id: str) -> AnyObject | None:
+    """A catalog without a cache has nothing fresh to hand out."""
+    return None
+
+
 def _times(obj: AnyObject | Domain | None, tree: Tree) -> tuple[float, float]:
     modified = getattr(obj, "modified", None) or tree.started
     created = getattr(obj, "created", None) or modified
@@ -404,14 +456,14 @@ class SnapshotDir(DirNode):
     """A directory whose listing is computed whole by ``listing()``."""
 
     @abstractmethod
-    async def listing(self) -> list[tuple[str, Node]]:
+    async def listing(self) -> list[Row]:
         """Every entry, in the order readdir shows them."""
 
     def open_listing(self) -> DirListing:
         return SnapshotListing(self.listing)
 
     async def lookup(self, name: str) -> Node:
-        for entry_name, node in await self.listing():
+        for entry_name, node, _ in await self.listing():
             if entry_name == name:
                 return node
         raise NotFound(name)
@@ -433,7 +485,7 @@ class FolderDir(SnapshotDir):
         mtime, ctime = _times(domain, self.tree)
         return Stat(NodeType.DIR, mtime=mtime, ctime=ctime)
 
-    async def listing(self) -> list[tuple[str, Node]]:
+    async def listing(self) -> list[Row]:
         names = await self.tree.catalog.list_folder(self.path)
         domains: dict[str, Domain | None] = {}
 
@@ -444,17 +496,17 @@ class FolderDir(SnapshotDir):
                 domains[name] = None
 
         await for_each(names, probe)
-        items: list[tuple[str, Node]] = []
+        items: list[Row] = []
         real = set(names)
         for name in names:
             domain = domains[name]
             if domain is not None and domain.root_id is not None:
                 op = ObjPath(domain, (), (domain.root_id,))
-                items.append((name, GroupDir(self.tree, op)))
+                items.append(Row(name, GroupDir(self.tree, op)))
                 if name + SIDECAR not in real:
-                    items.append((name + SIDECAR, sidecar_file(self.tree, op)))
+                    items.append(Row(name + SIDECAR, sidecar_file(self.tree, op)))
             else:
-                items.append((name, FolderDir(self.tree, self._child(name))))
+                items.append(Row(name, FolderDir(self.tree, self._child(name))))
         return items
 
     def _child(self, name: str) -> str:
@@ -502,7 +554,7 @@ class ObjectDir(DirNode):
     def open_listing(self) -> DirListing:
         return SnapshotListing(self._nothing)
 
-    async def _nothing(self) -> list[tuple[str, Node]]:
+    async def _nothing(self) -> list[Row]:
         await self.tree.obj(self.op)
         return []
 
@@ -513,6 +565,10 @@ class ObjectDir(DirNode):
     async def preload(self) -> None:
         """Fetch, in the background, what listing this directory will need."""
         await self.tree.preload_object(self.op)
+
+    def loaded(self) -> bool:
+        """True if listing this directory needs no storage round trip now."""
+        return self.tree.peek(self.op) is not None
 
 
 def object_dir(tree: Tree, op: ObjPath, kind: ObjectKind) -> ObjectDir:
@@ -525,6 +581,19 @@ def object_dir(tree: Tree, op: ObjPath, kind: ObjectKind) -> ObjectDir:
 
 #: Rough bytes one name of a group index costs, for the memo's budget.
 _INDEX_ENTRY_BYTES = 200
+#: Rough bytes one memoised readdir row costs beyond its node (which the inode
+#: table holds anyway while the kernel knows the entry).
+_ROW_BYTES = 160
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A group's readdir rows; ``objects`` are the (id, object) pairs they were
+    made from (None: not reusable); ``dirs`` the child directories in order."""
+
+    rows: list[Row]
+    objects: list[tuple[str, AnyObject]] | None
+    dirs: list[tuple[Hashable, ObjectDir]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,37 +634,74 @@ class GroupDir(ObjectDir):
     def open_listing(self) -> DirListing:
         return SnapshotListing(self.listing)
 
-    async def listing(self) -> list[tuple[str, Node]]:
-        """Every entry, sorted by name after the group's own files."""
+    async def listing(self) -> list[Row]:
+        """Every entry with its stat, sorted by name after the group's own files.
+
+        The rows are memoised with the group object and checked, before
+        reuse, against the child objects they were made from (one dict
+        lookup each, no I/O); a group with soft, external or cyclic links is
+        computed afresh each time, as its symlink texts depend on other groups.
+        """
         group = await self.tree.group(self.op)
         self.tree.dir_opened(self)
+        key = ("rows", self.op.key)
+        rows: _Rows | None = self.tree.memo.get(key, group, self.op.domain)
+        if rows is None or not self.tree.all_fresh(self.op.domain, rows.objects):
+            rows = await self._rows(group)
+            if rows.objects is not None:
+                self.tree.memo.put(key, rows, _ROW_BYTES * len(rows.rows), group, self.op.domain)
+        self.tree.dir_readahead.remember(self.op.key, rows.dirs)
+        return rows.rows
+
+    async def _rows(self, group: Group) -> _Rows:
         index = self._index(group)
-        per_link: dict[str, dict[str, Node]] = {}
         times = self.tree.times(self.op, group)
+        children = self._children(group)
+        await self.tree.load_objects(self.op.domain, [op.id for op in children])
+        per_link: dict[str, dict[str, Node]] = {}
 
         async def fill(name: str) -> None:
             per_link[name] = await self._link_entries(name, group.links[name], times, True)
 
         await for_each(list(group.links), fill)
-        items = [(name, node) for name, node in self._own_files().items()
-                 if name not in index.names]
+        rows = [Row(name, node, await listed_stat(node))
+                for name, node in self._own_files().items() if name not in index.names]
         for shown in index.order:
             name, suffix = index.names[shown]
             node = per_link[name].get(suffix)
             if node is not None:
-                items.append((shown, node))
-        self.tree.dir_readahead.remember(
-            self.op.key, [(node.op.key, node) for _, node in items if isinstance(node, ObjectDir)])
-        return items
+                rows.append(Row(shown, node, await listed_stat(node)))
+        objects: list[tuple[str, AnyObject]] | None = None
+        if len(children) == len(group.links):
+            objects = []
+            for op in children:
+                obj = self.tree.peek(op)
+                if obj is None:  # not loaded (an error): make the rows again next time
+                    objects = None
+                    break
+                objects.append((op.id, obj))
+        dirs = [(row.node.op.key, row.node) for row in rows if isinstance(row.node, ObjectDir)]
+        return _Rows(rows, objects, dirs)
+
+    def _children(self, group: Group) -> list[ObjPath]:
+        """Where the group's hard links lead, leaving out links back to an ancestor."""
+        return [self.op.child(name, link.target) for name, link in group.links.items()
+                if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None]
+
+    def loaded(self) -> bool:
+        """True once the group's rows are made and still current."""
+        group = self.tree.peek(self.op)
+        if not isinstance(group, Group):
+            return False
+        rows: _Rows | None = self.tree.memo.get(("rows", self.op.key), group, self.op.domain)
+        return rows is not None and self.tree.all_fresh(self.op.domain, rows.objects)
 
     async def preload(self) -> None:
         """Fetch the group and the objects of its first ``PRELOAD_LINKS`` children."""
         async with self.tree.preload_limiter:
             group = await self.tree.group(self.op)
-        children = [self.op.child(name, link.target)
-                    for name, link in itertools.islice(group.links.items(), PRELOAD_LINKS)
-                    if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None]
-        await for_each(children, self.tree.preload_object)
+        children = self._children(group)[:PRELOAD_LINKS]
+        await self.tree.load_objects(self.op.domain, [op.id for op in children])
 
     async def lookup(self, name: str) -> Node:
         group = await self.tree.group(self.op)
@@ -718,19 +824,21 @@ class DatasetDir(ObjectDir):
     def open_listing(self) -> DirListing:
         return StreamListing(self._entries)
 
-    async def _entries(self) -> AsyncIterator[tuple[str, Node]]:
-        """The zarr files, then the stored chunks in storage order (never all held)."""
+    async def _entries(self) -> AsyncIterator[Row]:
+        """The zarr files, then the stored chunks in storage order (never all held).
+        Chunk files of a fixed-size type all have the same stat, made once here."""
         ds = await self.tree.dataset(self.op)
         self.tree.dir_opened(self)
-        for item in self._own_files(ds).items():
-            yield item
+        for name, node in self._own_files(ds).items():
+            yield Row(name, node)
+        chunk_stat = chunk_file_stat(self.tree, ds)
         loading = self.tree.loading.get(self._chunks_key(ds))
         if loading is not None:  # being listed ahead right now: wait for it
             await loading.wait()
         known = self._known_chunks(ds)
         if known is not None:
             for index in known:
-                yield chunk_name(index), ChunkFile(self.tree, self.op, index)
+                yield Row(chunk_name(index), ChunkFile(self.tree, self.op, index), chunk_stat)
             return
         seen: list[ChunkIndex] | None = []
         stored = ds.store.iter_stored()
@@ -742,7 +850,7 @@ class DatasetDir(ObjectDir):
                     seen.append(index)
                     if len(seen) > SMALL_LISTING:
                         seen = None
-                yield chunk_name(index), ChunkFile(self.tree, self.op, index)
+                yield Row(chunk_name(index), ChunkFile(self.tree, self.op, index), chunk_stat)
         finally:
             await _close(stored)
         if seen is not None:
@@ -758,6 +866,10 @@ class DatasetDir(ObjectDir):
 
     def _remember_chunks(self, ds: Dataset, indices: list[ChunkIndex]) -> None:
         self.tree.memo.put(self._chunks_key(ds), tuple(indices), 64 * len(indices), ds)
+
+    def loaded(self) -> bool:
+        ds = self.tree.peek(self.op)
+        return isinstance(ds, Dataset) and self._known_chunks(ds) is not None
 
     async def preload(self) -> None:
         """List the chunks of a small dataset ahead (one storage round trip)."""
@@ -891,6 +1003,15 @@ ZATTRS_NAME = ".zattrs"
 ZARRAY_NAME = ".zarray"
 
 
+def chunk_file_stat(tree: Tree, ds: Dataset) -> Stat | None:
+    """The stat of every chunk file of ``ds``; None where sizes differ by chunk
+    (variable-length types)."""
+    if ds.chunk_nbytes is None:
+        return None
+    mtime, ctime = _times(ds, tree)
+    return Stat(NodeType.FILE, size=ds.chunk_nbytes, mtime=mtime, ctime=ctime)
+
+
 class ChunkFile(FileNode):
     """One decoded chunk of a dataset."""
 
@@ -905,8 +1026,11 @@ class ChunkFile(FileNode):
 
     async def stat(self) -> Stat:
         ds = await self.tree.dataset(self.op)
+        known = chunk_file_stat(self.tree, ds)
+        if known is not None:
+            return known
         mtime, ctime = _times(ds, self.tree)
-        return Stat(NodeType.FILE, size=ds.chunk_nbytes or 0, mtime=mtime, ctime=ctime)
+        return Stat(NodeType.FILE, mtime=mtime, ctime=ctime)
 
     async def open(self) -> FileHandle:
         ds = await self.tree.dataset(self.op)

@@ -94,7 +94,7 @@ def test_looking_into_one_group_reads_only_its_objects(hsds_bucket) -> None:
         await node.stat()  # what a FUSE lookup also asks: g1's own JSON
         assert sum(1 for (m, k) in store.calls if m == "get" and k.startswith("db/")) == 2
         before = sum(store.calls.values())
-        entries = [name async for _, name, _ in node.open_listing().entries(0)]
+        entries = [name async for _, name, _, _ in node.open_listing().entries(0)]
         assert "g2" in entries and "soft_abs" in entries
         assert sum(store.calls.values()) > before  # g1's children are read only now
     trio.run(main)

@@ -96,7 +96,7 @@ def make_catalog(single: str | None = None) -> MemoryCatalog:
 
 async def names(node: Node) -> list[str]:
     assert isinstance(node, DirNode)
-    return [name async for _, name, _ in node.open_listing().entries(0)]
+    return [name async for _, name, _, _ in node.open_listing().entries(0)]
 
 
 async def walk(tree: Tree, path: str) -> Node:
@@ -379,7 +379,7 @@ async def kernel_readdir(listing: StreamListing, start: int, rng: np.random.Gene
     cookie = start
     while True:
         got: list[tuple[int, str]] = []
-        async for next_id, name, _ in listing.entries(cookie):
+        async for next_id, name, _, _ in listing.entries(cookie):
             got.append((next_id, name))
             if len(got) == buffer:
                 break
@@ -413,7 +413,7 @@ def test_dataset_listing_streams_200k_chunks() -> None:
         assert names == expected[1000:]
         assert listing.restarts == 1 and store.listings == 2 and store.max_open == 1
         # a recent cookie is served from the window, without a restart
-        tail = [name async for _, name, _ in listing.entries(len(expected) - 10)]
+        tail = [name async for _, name, _, _ in listing.entries(len(expected) - 10)]
         assert tail == expected[-10:] and listing.restarts == 1
         await listing.aclose()
         assert store.open_listings == 0
@@ -427,9 +427,10 @@ class RecordingCache(ChunkCache):
         super().__init__(budget, nursery, prefetch_limit)
         self.asked: list[tuple[int, ...]] = []
 
-    def prefetch(self, key, fetch) -> bool:  # type: ignore[no-untyped-def]
-        self.asked.append(key[2])
-        return super().prefetch(key, fetch)
+    def prefetch_many(self, keys, fetch, batch=1) -> int:  # type: ignore[no-untyped-def]
+        accepted = super().prefetch_many(keys, fetch, batch)
+        self.asked.extend(key[2] for key in keys[:accepted])
+        return accepted
 
 
 async def read_chunk_file(tree: Tree, path: str) -> bytes:
@@ -479,12 +480,11 @@ def test_grid_readahead_resumes_after_a_refusal() -> None:
     accepted: list[int] = []
     room = [2]
 
-    def start(index: tuple[int, ...]) -> bool:
-        if room[0] == 0:
-            return False
-        room[0] -= 1
-        accepted.append(index[0])
-        return True
+    def start(indices: list[tuple[int, ...]]) -> int:
+        took = indices[:room[0]]
+        room[0] -= len(took)
+        accepted.extend(index[0] for index in took)
+        return len(took)
 
     assert ahead.on_read("k", ds, (0,), start) == 0
     assert ahead.on_read("k", ds, (1,), start) == 2  # wanted 2..5, room for two
@@ -596,9 +596,9 @@ def test_walking_dataset_dirs_in_order_lists_them_ahead() -> None:
     async def walk_all(tree: Tree) -> list[str]:
         root = await tree.root()
         names = []
-        async for _, name, node in root.open_listing().entries(0):
+        async for _, name, node, _ in root.open_listing().entries(0):
             if isinstance(node, DirNode):
-                async for _, chunk, _ in node.open_listing().entries(0):
+                async for _, chunk, _, _ in node.open_listing().entries(0):
                     names.append(f"{name}/{chunk}")
         return names
 
@@ -655,9 +655,9 @@ def test_walking_groups_in_order_loads_them_ahead() -> None:
             tree = Tree(CachedCatalog(slow, ttl=3600), chunk_cache=ChunkCache(1 << 20, nursery))
             started = trio.current_time()
             count = 0
-            async for _, _, node in (await tree.root()).open_listing().entries(0):
+            async for _, _, node, _ in (await tree.root()).open_listing().entries(0):
                 if isinstance(node, DirNode):
-                    async for _, _, child in node.open_listing().entries(0):
+                    async for _, _, child, _ in node.open_listing().entries(0):
                         count += 1
                         await child.stat()
             elapsed = trio.current_time() - started

@@ -13,13 +13,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import trio
 
-from mountd.errors import Changed, NotFound, StorageError
+from mountd.errors import Changed, MountError, NotFound, StorageError
 from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -40,17 +40,18 @@ class LocalStore:
 
     def __init__(self, root: str | os.PathLike[str], threads: int = 8) -> None:
         self.root = Path(root).resolve()
+        self._root = str(self.root)
         self._limiter = trio.CapacityLimiter(threads)
 
     @property
     def url(self) -> str:
         return f"file://{self.root}"
 
-    def _path(self, key: str) -> Path:
+    def _path(self, key: str) -> str:
         parts = key.split("/")
-        if key.startswith("/") or any(p in ("..", ".") for p in parts):
+        if key.startswith("/") or ".." in parts or "." in parts:
             raise StorageError(key, "key is not inside the store")
-        return self.root.joinpath(*[p for p in parts if p])
+        return os.path.join(self._root, *[p for p in parts if p])
 
     async def _run(self, key: str, fn: Callable[[], T]) -> T:
         try:
@@ -77,6 +78,34 @@ class LocalStore:
 
         return await self._run(key, read)
 
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | MountError]:
+        """Whole objects, read one after another in one worker-thread call
+        (a thread hop costs more than reading a small file from the page cache)."""
+        paths: list[str | MountError] = []
+        for key in keys:
+            try:
+                paths.append(self._path(key))
+            except StorageError as exc:
+                paths.append(exc)
+
+        def read_all() -> list[bytes | MountError]:
+            out: list[bytes | MountError] = []
+            for key, path in zip(keys, paths, strict=True):
+                if isinstance(path, MountError):
+                    out.append(path)
+                    continue
+                try:
+                    with open(path, "rb") as f:
+                        out.append(f.read())
+                except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                    out.append(NotFound(key))
+                except OSError as exc:
+                    out.append(StorageError(key, os.strerror(exc.errno or errno.EIO)))
+            return out
+
+        return await trio.to_thread.run_sync(read_all, limiter=self._limiter,
+                                             abandon_on_cancel=True)
+
     async def fetch(self, key: str, byte_range: ByteRange | None = None,
                     if_match: str | None = None) -> Fetched:
         path = self._path(key)
@@ -96,14 +125,14 @@ class LocalStore:
 
     async def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
-        st = await self._run(key, path.stat)
+        st = await self._run(key, lambda: os.stat(path))
         if not os.path.isfile(path):
             raise NotFound(key)
         return _info(st)
 
     async def exists(self, key: str) -> bool:
         path = self._path(key)
-        return await trio.to_thread.run_sync(path.is_file, limiter=self._limiter,
+        return await trio.to_thread.run_sync(os.path.isfile, path, limiter=self._limiter,
                                              abandon_on_cancel=True)
 
     async def list_dir(self, prefix: str) -> Listing:

@@ -8,16 +8,24 @@ to call from many trio tasks at once; they hold no per-call state.
 
 ``fetch`` is the primitive the block cache builds on: one read that also says
 what the whole object is (size and validator), so a first read needs no
-separate ``head``. Listings come two ways: ``list_dir`` for small levels
-(folders, partitions) and ``iter_dir`` for levels that may be huge (the chunk
-keys of one dataset), which yields page by page and never holds them all.
+separate ``head``. ``get_many`` reads many small objects (metadata JSON) in
+one call where the backend can do better than one ``get`` each. Listings
+come two ways: ``list_dir`` for small levels (folders, partitions) and
+``iter_dir`` for levels that may be huge (the chunk keys of one dataset),
+which yields page by page and never holds them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from mountd.errors import MountError
+from mountd.gather import outcomes
+
+#: Keys fetched at once by ``get_many`` over a store that has no batch read.
+GET_MANY_CONCURRENCY = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,3 +100,17 @@ class Store(Protocol):
     def iter_keys(self, prefix: str) -> AsyncIterator[str]:
         """Every key under ``prefix`` at any depth, lazily, in no promised order."""
         ...
+
+
+async def get_many(store: Store, keys: Sequence[str]) -> list[bytes | MountError]:
+    """The bytes of each key, or the ``MountError`` reading it raised, in order.
+
+    A store with a ``get_many`` method of its own (the local directory reads a
+    whole batch in one worker thread) answers it; any other gets its keys read
+    with ``GET_MANY_CONCURRENCY`` concurrent ``get`` calls.
+    """
+    batch = getattr(store, "get_many", None)
+    if batch is not None:
+        results: list[bytes | MountError] = await batch(keys)
+        return results
+    return await outcomes(store.get, keys, GET_MANY_CONCURRENCY)

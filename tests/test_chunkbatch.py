@@ -1,0 +1,152 @@
+"""Batched chunk reads: HSDS ``read_many`` and a ``.npy`` of tiny chunks.
+
+No FUSE: the HSDS store reads a local directory, and the ``.npy`` handle is
+driven through the tree as the kernel would drive it.
+"""
+
+from __future__ import annotations
+
+import math
+import tracemalloc
+from collections.abc import Sequence
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pytest
+import trio
+
+from layouts import hsds_ids
+from layouts.hsds_chunks import ChunkSpec, HsdsChunkStore, filter_plan
+from layouts.hsds_types import element_type, parse_type
+from layouts.model import ChunkIndex, Dataset
+from mountd.chunkahead import AHEAD_CHUNKS
+from mountd.chunkcache import ENTRY_OVERHEAD, ChunkCache
+from mountd.errors import Corrupt, MountError
+from mountd.io.local import LocalStore
+from mountd.npy import NpyHandle, NpyView
+from mountd.tree import Tree
+from tests.test_tree import catalog_with, walk
+
+DSET = hsds_ids.parse_id("d-02cd0518-2c584e72-86ef-55279d-623eb6")
+GZIP = [{"class": "H5Z_FILTER_DEFLATE", "id": 1, "level": 6}]
+
+
+class CountingStore(LocalStore):
+    """A local store that counts ``get`` and ``get_many`` calls."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.gets = 0
+        self.batches: list[int] = []
+
+    async def get(self, key, byte_range=None):  # type: ignore[no-untyped-def]
+        self.gets += 1
+        return await super().get(key, byte_range)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | MountError]:
+        self.batches.append(len(keys))
+        return await super().get_many(keys)
+
+
+def tiny_store(tmp_path: Path, count: int, skip: set[int], bad: set[int]) -> CountingStore:
+    """``count`` one-element int32 chunks stored as HSDS stores gzip (Blosc with
+    zlib); chunk i holds ``i * 3``; ``skip`` are not stored, ``bad`` are garbage."""
+    chunk_dir = tmp_path / DSET.chunk_dir()
+    chunk_dir.mkdir(parents=True)
+    blosc = numcodecs.Blosc(cname="zlib", clevel=6, shuffle=numcodecs.Blosc.SHUFFLE)
+    for i in range(count):
+        if i in skip:
+            continue
+        raw = b"\x02\x01garbage" if i in bad else blosc.encode(np.array([i * 3], "<i4"))
+        (chunk_dir / str(i)).write_bytes(raw)
+    return CountingStore(tmp_path)
+
+
+def spec() -> ChunkSpec:
+    tj = {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"}
+    htype = parse_type(tj)
+    return ChunkSpec(htype=htype, etype=element_type(tj, htype), chunks=(1,),
+                     plan=filter_plan(GZIP))
+
+
+def test_hsds_read_many_is_one_store_call_with_an_outcome_per_chunk(tmp_path: Path) -> None:
+    store = tiny_store(tmp_path, 50, skip={7}, bad={9})
+    chunks = HsdsChunkStore(store, DSET, (50,), spec())
+
+    async def main() -> None:
+        indices: list[ChunkIndex] = [(i,) for i in range(50)] + [(50,)]  # (50,): off the grid
+        got = await chunks.read_many(indices)
+        assert store.batches == [50] and store.gets == 0
+        for i, value in enumerate(got[:50]):
+            if i == 7:
+                assert value is None
+            elif i == 9:
+                assert isinstance(value, Corrupt)
+            else:
+                assert value == np.array([i * 3], "<i4").tobytes()
+        assert got[50] is None
+        # the same answers as reading one at a time
+        assert await chunks.read((3,)) == got[3]
+    trio.run(main)
+
+
+def tiny_dataset(store: CountingStore, count: int) -> Dataset:
+    tj = {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"}
+    return Dataset(id=DSET.id, shape=(count,), maxshape=(None,),
+                   type=element_type(tj, parse_type(tj)), chunks=(1,),
+                   fill_value=np.int32(-1), store=HsdsChunkStore(store, DSET, (count,), spec()))
+
+
+async def read_npy(tree: Tree, step: int) -> tuple[NpyHandle, list[bytes | MountError]]:
+    node = await walk(tree, "x.npy")
+    handle = await node.open()  # type: ignore[attr-defined]
+    assert isinstance(handle, NpyHandle)
+    parts: list[bytes | MountError] = []
+    offset = 0
+    while offset < handle.size:
+        try:
+            parts.append(bytes(await handle.read(offset, step)))
+        except MountError as exc:
+            parts.append(exc)
+        offset += step
+    return handle, parts
+
+
+@pytest.mark.parametrize("budget", [1 << 20, 64 << 20])
+def test_npy_of_tiny_chunks_reads_in_batches_within_budget(tmp_path: Path, budget: int) -> None:
+    count = 10_000
+    store = tiny_store(tmp_path, count, skip={5, 9_999}, bad={7_345})
+    ds = tiny_dataset(store, count)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            cache = ChunkCache(budget, nursery)
+            tree = Tree(catalog_with(x=ds), views=[NpyView()], chunk_cache=cache)
+            tracemalloc.start()
+            handle, parts = await read_npy(tree, 16 << 10)
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            nursery.cancel_scope.cancel()
+        # only the read holding the bad chunk fails
+        hlen, step = len(handle.header), 16 << 10
+        bad_at = (hlen + 7_345 * 4) // step
+        assert [i for i, p in enumerate(parts) if isinstance(p, MountError)] == [bad_at]
+        data = b"".join(p if isinstance(p, bytes) else bytes(step) for p in parts)
+        got = np.frombuffer(data[hlen:], "<i4")
+        expected = np.arange(count, dtype="<i4") * 3
+        expected[[5, 9_999]] = -1  # not stored: the fill value
+        lo, hi = (bad_at * step - hlen) // 4, ((bad_at + 1) * step - hlen) // 4
+        np.testing.assert_array_equal(np.delete(got, range(lo, hi)),
+                                      np.delete(expected, range(lo, hi)))
+        # every chunk object read once or twice (a small budget evicts), in batches
+        assert store.gets == 0
+        assert count <= sum(store.batches) <= 2 * count + 100
+        assert len(store.batches) <= 2 * sum(store.batches) / 100
+        assert max(store.batches) <= 256
+        assert cache.used <= budget
+        # what the whole read held: the cache budget, readahead bounded by count
+        # (the entries it may add beyond the budget for a moment) and the reads
+        assert peak <= budget + AHEAD_CHUNKS * (ENTRY_OVERHEAD + 300) + (8 << 20)
+        assert math.prod(ds.shape or ()) == count
+    trio.run(main)
