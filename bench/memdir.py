@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import collections
 import errno
-import json
 import logging
 import os
 import re
@@ -43,7 +42,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyfuse3
-import trio
+
+from bench.memfs import Served, serve_until_unmounted
 
 log = logging.getLogger("bench.memdir")
 
@@ -62,7 +62,7 @@ _CHUNK_NAME = re.compile(rb"0|[1-9]\d*")
 _KIND_OF_SUFFIX = {suffix: kind for kind, (suffix, _, _) in enumerate(GROUP_KINDS)}
 
 
-class MemDir(pyfuse3.Operations):
+class MemDir(Served):
     """Root with ``dir/``, whose entries are computed from their position."""
 
     supports_dot_lookup = False
@@ -193,18 +193,9 @@ class MemDir(pyfuse3.Operations):
 def serve(mountpoint: Path, entries: int, shape: str, stats_file: Path | None) -> None:
     """Mount, serve until unmounted, then write the request counts."""
     ops = MemDir(entries, shape)
-    options = {*pyfuse3.default_options, "fsname=h5bench-memdir", "ro", "default_permissions"}
-    pyfuse3.init(ops, str(mountpoint), options)
     log.info("memdir: %d entries (%s) in dir/ at %s", ops.total, shape, mountpoint)
-    try:
-        trio.run(pyfuse3.main)
-    except BaseException:
-        pyfuse3.close(unmount=True)
-        raise
-    pyfuse3.close(unmount=False)
-    if stats_file is not None:
-        stats_file.write_text(json.dumps(ops.stats(), indent=2) + "\n")
-    log.info("memdir: unmounted; %s", ops.stats())
+    serve_until_unmounted(ops, mountpoint, {*pyfuse3.default_options, "fsname=h5bench-memdir",
+                                            "ro", "default_permissions"}, stats_file)
 
 
 def main(argv: list[str] | None = None) -> int:

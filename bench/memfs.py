@@ -36,7 +36,14 @@ FILE_INODE = pyfuse3.ROOT_INODE + 1
 DEFAULT_SIZE = 1 << 30
 
 
-class MemFS(pyfuse3.Operations):
+class Served(pyfuse3.Operations):
+    """What ``serve_until_unmounted`` needs of a filesystem: its request statistics."""
+
+    def stats(self) -> dict[str, object]:
+        raise NotImplementedError
+
+
+class MemFS(Served):
     """Root directory with one read-only file whose content is ``data``."""
 
     def __init__(self, data: bytes) -> None:
@@ -122,12 +129,10 @@ def make_data(size: int) -> bytes:
     return pattern * reps + pattern[:rest]
 
 
-def serve(mountpoint: Path, size: int, stats_file: Path | None) -> None:
-    """Mount, serve until unmounted, then write the request statistics."""
-    ops = MemFS(make_data(size))
-    options = {*pyfuse3.default_options, "fsname=h5bench-memfs", "ro"}
+def serve_until_unmounted(ops: Served, mountpoint: Path, options: set[str],
+                          stats_file: Path | None) -> None:
+    """Mount ``ops``, serve until unmounted, then write its statistics to ``stats_file``."""
     pyfuse3.init(ops, str(mountpoint), options)
-    log.info("memfs: serving %d bytes at %s", size, mountpoint)
     try:
         trio.run(pyfuse3.main)
     except BaseException:
@@ -136,7 +141,15 @@ def serve(mountpoint: Path, size: int, stats_file: Path | None) -> None:
     pyfuse3.close(unmount=False)
     if stats_file is not None:
         stats_file.write_text(json.dumps(ops.stats(), indent=2) + "\n")
-    log.info("memfs: unmounted; %s", ops.stats())
+    log.info("%s unmounted; %s", mountpoint, ops.stats())
+
+
+def serve(mountpoint: Path, size: int, stats_file: Path | None) -> None:
+    """Mount, serve until unmounted, then write the request statistics."""
+    ops = MemFS(make_data(size))
+    log.info("memfs: serving %d bytes at %s", size, mountpoint)
+    serve_until_unmounted(ops, mountpoint, {*pyfuse3.default_options, "fsname=h5bench-memfs",
+                                            "ro"}, stats_file)
 
 
 def main(argv: list[str] | None = None) -> int:

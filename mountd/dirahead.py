@@ -42,6 +42,8 @@ class _Group(Generic[T]):
     position: dict[Hashable, int]
     window: ReadaheadWindow
     mark: int = 0
+    #: The sequence the order was taken from (compared by identity).
+    source: object = None
 
 
 class DirReadahead(Generic[T]):
@@ -54,12 +56,19 @@ class DirReadahead(Generic[T]):
         self._groups: OrderedDict[Hashable, _Group[T]] = OrderedDict()
 
     def remember(self, parent: Hashable, children: Sequence[tuple[Hashable, T]]) -> None:
-        """The child directories of ``parent`` in listing order, by key."""
-        kept = children[:MAX_CHILDREN]
+        """The child directories of ``parent`` in listing order, by key. Given
+        the very same sequence again (a memoised listing), only the walk's
+        state starts afresh: the order is not indexed a second time."""
         window = ReadaheadWindow(self.start, self.cap)
         window.observe(-1, 1)  # the listing itself: opening the first child next is in order
-        self._groups[parent] = _Group([item for _, item in kept],
-                                      {key: pos for pos, (key, _) in enumerate(kept)}, window)
+        known = self._groups.get(parent)
+        if known is not None and known.source is children:
+            self._groups[parent] = _Group(known.children, known.position, window, source=children)
+        else:
+            kept = children[:MAX_CHILDREN]
+            self._groups[parent] = _Group([item for _, item in kept],
+                                          {key: pos for pos, (key, _) in enumerate(kept)},
+                                          window, source=children)
         self._groups.move_to_end(parent)
         while len(self._groups) > self.max_groups:
             self._groups.popitem(last=False)

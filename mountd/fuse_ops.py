@@ -225,10 +225,19 @@ class Operations(pyfuse3.Operations):
     @handler
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self._dirs[fh]
+        last: tuple[Stat, pyfuse3.EntryAttributes] | None = None
         async for next_id, name, node, known in listing.entries(start_id):
             st = known if known is not None else await listed_stat(node)
             ino = self.inodes.inode_of(node)
-            if not pyfuse3.readdir_reply(token, to_bytes(name), self._entry(ino, st), next_id):
+            if last is not None and last[0] is st:
+                # Entries sharing one Stat (a dataset's chunk files) share the
+                # attributes too: readdir_reply copies them at once.
+                entry = last[1]
+                entry.st_ino = ino
+            else:
+                entry = self._entry(ino, st)
+                last = (st, entry)
+            if not pyfuse3.readdir_reply(token, to_bytes(name), entry, next_id):
                 self.inodes.drop_if_unused(ino)
                 break
             self.inodes.remember(ino)

@@ -391,10 +391,11 @@ def _info(headers: httpx.Headers, size: int) -> ObjectInfo:
     """Size, validator and mtime; without an ETag the validator is Last-Modified and size."""
     modified = headers.get("Last-Modified")
     etag = headers.get("ETag") or f"{modified or 'no-date'}-{size}"
-    return ObjectInfo(size, etag, _mtime(modified))
+    return ObjectInfo(size, etag, http_mtime(modified))
 
 
-def _mtime(modified: str | None) -> float:
+def http_mtime(modified: str | None) -> float:
+    """A Last-Modified header as seconds since the epoch; 0 if missing or unusable."""
     if not modified:
         return 0.0
     try:

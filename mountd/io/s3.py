@@ -71,7 +71,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -96,7 +95,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
-from mountd.io.http import USER_AGENT, read_bigger, tls_failure
+from mountd.io.http import USER_AGENT, http_mtime, read_bigger, tls_failure
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
 from mountd.io.sigv4 import SigV4Signer
 from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
@@ -388,7 +387,7 @@ class S3Store:
                 found = response.headers
                 return _fetched(key, found.get("content-range"), data, byte_range,
                                 etag=found.get("etag", ""),
-                                mtime=_http_mtime(found.get("last-modified")))
+                                mtime=http_mtime(found.get("last-modified")))
             if status == 416:
                 return None
             raise self._http_error(key, response, await _body(response))
@@ -446,7 +445,7 @@ class S3Store:
                 raise StorageError(key, f"HEAD answer without a usable Content-Length "
                                         f"({size!r})")
             return ObjectInfo(int(size), found.get("etag", ""),
-                              _http_mtime(found.get("last-modified")))
+                              http_mtime(found.get("last-modified")))
         finally:
             await response.aclose()
 
@@ -611,13 +610,3 @@ def _status(exc: ClientError) -> int:
 def _mtime(response: dict[str, Any]) -> float:
     modified = response.get("LastModified")
     return modified.timestamp() if isinstance(modified, datetime) else 0.0
-
-
-def _http_mtime(modified: str | None) -> float:
-    """A Last-Modified header as seconds since the epoch; 0 if missing or unusable."""
-    if not modified:
-        return 0.0
-    try:
-        return parsedate_to_datetime(modified).timestamp()
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return 0.0
