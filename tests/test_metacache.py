@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from layouts.hsds import HsdsCatalog
-from layouts.model import Group
+from layouts.model import Group, LinkKind
 from mountd.errors import NotFound
 from mountd.io.local import LocalStore
 from mountd.io.store import ByteRange, Listing, ObjectInfo
@@ -130,4 +130,55 @@ def test_ttl_single_flight_and_error_caching(hsds_bucket) -> None:
         with pytest.raises(NotFound):
             await cached.get_object(domain, "g-00000000-00000000-0000-000000-000000")
         assert sum(store.calls.values()) == calls  # the failure is remembered too
+    trio.run(main)
+
+
+def test_get_objects_loads_a_batch_and_again_after_the_ttl(hsds_bucket) -> None:
+    """One read per object for a batch, errors kept per object, nothing read
+    while fresh, and every expired object read again in the next batch."""
+    class BatchCounting(HsdsCatalog):
+        batches = 0
+
+        async def get_objects(self, domain, obj_ids):
+            self.batches += 1
+            return await super().get_objects(domain, obj_ids)
+
+    async def main() -> None:
+        store = CountingStore(LocalStore(hsds_bucket.bucket_dir))
+        clock = Clock()
+        inner = BatchCounting(store)
+        cached = CachedCatalog(inner, ttl=60, clock=clock)
+        domain = await cached.domain("home/admin/links.h5")
+        assert domain is not None and domain.root_id is not None
+        root = await cached.get_object(domain, domain.root_id)
+        assert isinstance(root, Group)
+        ids = [link.target for link in root.links.values() if link.kind is LinkKind.HARD]
+        assert len(ids) >= 2
+        missing = "g-00000000-00000000-0000-000000-000000"
+
+        def gets() -> int:
+            return sum(n for (method, _), n in store.calls.items() if method == "get")
+
+        before = gets()
+        out = await cached.get_objects(domain, [*ids, missing, ids[0]])
+        assert gets() - before == len(ids) + 1
+        assert inner.batches == 1
+        assert [obj.id for obj in out[:len(ids)]] == ids
+        assert isinstance(out[len(ids)], NotFound)
+        assert out[-1] is out[0]
+        assert all(cached.peek_object(domain, i) is obj for i, obj in zip(ids, out, strict=False))
+        assert cached.peek_object(domain, missing) is None
+
+        before = gets()
+        again = await cached.get_objects(domain, ids)
+        assert gets() == before
+        assert all(a is b for a, b in zip(again, out, strict=False))
+
+        clock.now += 61
+        assert cached.peek_object(domain, ids[0]) is None
+        before = gets()
+        fresh = await cached.get_objects(domain, ids)
+        assert gets() - before == len(ids)
+        assert inner.batches == 2  # the expired objects are read as one batch again
+        assert [obj.id for obj in fresh] == ids and fresh[0] is not out[0]
     trio.run(main)
