@@ -590,18 +590,10 @@ def report_section(run: Run, command: str, started: datetime.datetime,
         notes.extend(f"{case.label}: {note}" for note in case.notes)
     notes.extend(run.notes)
     lines = [
-        SECTION_START,
-        "## Metadata at scale: wide groups, many objects, tiny chunks",
-        "",
-        f"Run {started:%Y-%m-%d %H:%M %Z} ({seconds:.0f} s), as root, from the repository "
-        "root:",
-        "",
-        "```sh",
-        command,
-        "```",
-        "",
-        "Machine: " + "; ".join(f"{k} {v}" for k, v in facts.items()) + ".",
-        "",
+        *bench_npy.section_head(SECTION_START,
+                                "## Metadata at scale: wide groups, many objects, tiny chunks",
+                                started=started, seconds=seconds, command=command,
+                                facts=facts),
         f"Seconds are wall time of one command, the median of its runs (`--repeat "
         f"{run.repeat}`); `range` is the fastest and slowest run. Every ratio is against a "
         "peer measured in the same run.",
@@ -681,11 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"kill a command after this many seconds (default "
                              f"{DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--max-busy", type=float, default=0.2,
-                        help="start a run only when the CPUs are at most this busy "
-                             "(fraction, default 0.2)")
-    parser.add_argument("--quiet-timeout", type=float, default=10.0,
-                        help="longest wait for quiet CPUs before a run, s (default 10)")
+    bench_npy.add_wait_options(parser, max_busy=0.2, quiet_timeout=10.0)
     parser.add_argument("--dir", type=Path, default=scaledata.DEFAULT_DIR,
                         help=f"scale bucket cache (default {scaledata.DEFAULT_DIR})")
     parser.add_argument("--doc", type=Path, default=DEFAULT_DOC,

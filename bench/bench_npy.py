@@ -878,6 +878,27 @@ def text_table(rows: list[list[str]]) -> str:
     return "\n".join(fmt.format(*row) for row in [head, *picked])
 
 
+def section_head(start_marker: str, title: str, *, started: datetime.datetime,
+                 seconds: float, command: str, facts: dict[str, str],
+                 duration_note: str = "") -> list[str]:
+    """The opening lines every benchmark section of docs/benchmarks.md shares:
+    its marker and title, when and how long it ran, the command, the machine."""
+    return [
+        start_marker,
+        title,
+        "",
+        f"Run {started:%Y-%m-%d %H:%M %Z} ({seconds:.0f} s{duration_note}), as root, from the "
+        "repository root:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        "Machine: " + "; ".join(f"{k} {v}" for k, v in facts.items()) + ".",
+        "",
+    ]
+
+
 def machine_facts() -> dict[str, str]:
     """nproc, RAM, CPU, kernel, library versions and the repository state."""
     import numcodecs  # noqa: PLC0415
@@ -941,19 +962,10 @@ def report_section(cases: dict[str, Case], ctx: Context, command: str,
                    started: datetime.datetime, seconds: float) -> str:
     """The markdown section for docs/benchmarks.md."""
     info = ctx.data.info
-    facts = machine_facts()
     lines = [
-        SECTION_START,
-        "## Reading a whole 1 GiB dataset as `P.npy`",
-        "",
-        f"Run {started:%Y-%m-%d %H:%M %Z} ({seconds:.0f} s), as root, from the repository root:",
-        "",
-        "```sh",
-        command,
-        "```",
-        "",
-        "Machine: " + "; ".join(f"{k} {v}" for k, v in facts.items()) + ".",
-        "",
+        *section_head(SECTION_START, "## Reading a whole 1 GiB dataset as `P.npy`",
+                      started=started, seconds=seconds, command=command,
+                      facts=machine_facts()),
         f"Data (`bench/data.py`, cached in `{ctx.data.dir}`): `/data`, float32 "
         f"{info['shape'][0]}x{info['shape'][1]}, chunks {info['chunks'][0]}x{info['chunks'][1]}"
         f" (4 MiB), {info['compression']}; smooth field + noise quantised to 1/64. "
@@ -1092,15 +1104,21 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             log.error("a mount under %s is still there; workdir kept", workdir)
 
 
-def add_quiet_options(parser: argparse.ArgumentParser, *, max_busy: float,
-                      quiet_timeout: float, retries: int) -> None:
-    """The options of ``Context``'s guard against other work on the machine."""
+def add_wait_options(parser: argparse.ArgumentParser, *, max_busy: float,
+                     quiet_timeout: float) -> None:
+    """``--max-busy`` and ``--quiet-timeout``: how long to wait for quiet CPUs before a run."""
     parser.add_argument("--max-busy", type=float, default=max_busy,
                         help="start a timed run only when the CPUs are at most this busy "
                              f"(fraction, default {max_busy})")
     parser.add_argument("--quiet-timeout", type=float, default=quiet_timeout,
                         help="longest wait for quiet CPUs before a run, s "
                              f"(default {quiet_timeout:g})")
+
+
+def add_quiet_options(parser: argparse.ArgumentParser, *, max_busy: float,
+                      quiet_timeout: float, retries: int) -> None:
+    """The options of ``Context``'s guard against other work on the machine."""
+    add_wait_options(parser, max_busy=max_busy, quiet_timeout=quiet_timeout)
     parser.add_argument("--max-other", type=float, default=0.10,
                         help="redo a run if other work used more than this fraction of the "
                              "CPUs during it (default 0.10)")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import bench_npy, refpeers, s3report
-from bench.bench_npy import Case
+from bench.bench_npy import Case, section_head
 
 if TYPE_CHECKING:
     from bench.bench_refs import Run, Traffic
@@ -254,18 +254,10 @@ class Report:
         facts = machine_facts()
         info = self.run.ctx.data.info
         lines = [
-            SECTION_START,
-            "## Reading a 1 GiB HDF5 file over HTTP through its LINDI reference file",
-            "",
-            f"Run {self.started:%Y-%m-%d %H:%M %Z} ({self.seconds:.0f} s), as root, from the "
-            "repository root:",
-            "",
-            "```sh",
-            self.command,
-            "```",
-            "",
-            "Machine: " + "; ".join(f"{k} {v}" for k, v in facts.items()) + ".",
-            "",
+            *section_head(SECTION_START,
+                          "## Reading a 1 GiB HDF5 file over HTTP through its LINDI reference file",
+                          started=self.started, seconds=self.seconds, command=self.command,
+                          facts=facts),
             f"Data: `big.h5` (`bench/data.py`, in `{self.run.ctx.data.dir}`), `/data` float32 "
             f"{info['shape'][0]}x{info['shape'][1]}, chunks {info['chunks'][0]}x"
             f"{info['chunks'][1]} (4 MiB), {info['compression']}, "

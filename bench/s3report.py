@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import bench_npy
-from bench.bench_npy import Case
+from bench.bench_npy import Case, section_head
 
 if TYPE_CHECKING:
     from bench.bench_s3 import Run
@@ -224,18 +224,10 @@ class Report:
         """The markdown section for docs/benchmarks.md, markers included."""
         facts = machine_facts()
         lines = [
-            SECTION_START,
-            "## Reading a 1 GiB dataset from S3 (moto on loopback)",
-            "",
-            f"Run {self.started:%Y-%m-%d %H:%M %Z} ({self.seconds:.0f} s, the bucket rebuilt "
-            "included), as root, from the repository root:",
-            "",
-            "```sh",
-            self.command,
-            "```",
-            "",
-            "Machine: " + "; ".join(f"{k} {v}" for k, v in facts.items()) + ".",
-            "",
+            *section_head(SECTION_START, "## Reading a 1 GiB dataset from S3 (moto on loopback)",
+                          started=self.started, seconds=self.seconds, command=self.command,
+                          facts=facts,
+                          duration_note=", the bucket rebuilt included"),
             *[line for text in self.data_lines() for line in (text, "")],
             "GiB/s are decoded bytes delivered to the reader (2^30 bytes = 1 GiB); `median` "
             "and `range` (slowest-fastest) are over `runs` timed runs.",
