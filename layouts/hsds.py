@@ -211,18 +211,19 @@ class HsdsCatalog:
                 hids.append(_parse_id(obj_id))
             except MountError as exc:
                 hids.append(exc)
-        keys = [hid.json_key() for hid in hids if not isinstance(hid, MountError)]
-        raws = iter(await get_many(self._store, keys))
+        found = [(hid, hid.json_key()) for hid in hids if not isinstance(hid, MountError)]
+        raws = iter(zip(found, await get_many(self._store, [key for _, key in found]),
+                        strict=True))
         out: list[AnyObject | MountError] = []
-        for hid in hids:
-            if isinstance(hid, MountError):
-                out.append(hid)
+        for item in hids:
+            if isinstance(item, MountError):
+                out.append(item)
                 continue
-            raw = next(raws)
+            (hid, key), raw = next(raws)
             try:
                 if isinstance(raw, MountError):
                     raise raw
-                out.append(await self._build(hid, _object_json(hid.json_key(), raw)))
+                out.append(await self._build(hid, _object_json(key, raw)))
             except MountError as exc:
                 out.append(exc)
         return out
