@@ -17,7 +17,6 @@ tasks may call it at once. Metadata JSON is small and parsed inline. The
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -30,10 +29,8 @@ from layouts.hsds_types import (
     MAX_TYPE_DEPTH,
     FormatError,
     attribute_value,
-    element_type,
     fill_value,
-    parse_type,
-    sidecar_dtype,
+    parsed_type,
 )
 from layouts.model import (
     AnyObject,
@@ -48,6 +45,7 @@ from layouts.model import (
     LinkKind,
     ObjectKind,
 )
+from mountd import jsonvalue
 from mountd.errors import Corrupt, MountError, NotFound
 from mountd.io.store import Store, get_many
 
@@ -85,8 +83,8 @@ def _time(value: Any) -> float | None:
 
 def _load_json(key: str, raw: bytes) -> dict[str, Any]:
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        doc = jsonvalue.loads(raw)
+    except (ValueError, RecursionError) as exc:
         raise Corrupt(key, f"not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise Corrupt(key, f"expected a JSON object, got {type(doc).__name__}")
@@ -245,7 +243,7 @@ class HsdsCatalog:
                 return Datatype(id=hid.id, attrs=self._attrs(doc),
                                 created=_time(doc.get("created")),
                                 modified=_time(doc.get("lastModified")),
-                                type=element_type(tj, parse_type(tj)))
+                                type=parsed_type(tj)[1])
             return await self._dataset(hid, key, doc)
         except (FormatError, KeyError, TypeError, ValueError, RecursionError) as exc:
             raise Corrupt(key, str(exc) or type(exc).__name__) from exc
@@ -301,12 +299,12 @@ class HsdsCatalog:
             if not isinstance(item, Mapping):
                 raise FormatError(f"attribute {name!r} is not an object")
             try:
-                htype = parse_type(item.get("type"))
+                htype, etype = parsed_type(item.get("type"))
                 shape = _shape(item.get("shape"))[0]
                 value = attribute_value(htype, shape, item.get("value"), item.get("encoding"))
             except FormatError as exc:
                 raise FormatError(f"attribute {name!r}: {exc}") from exc
-            out.append(Attribute(name=name, value=value, dtype=sidecar_dtype(htype)))
+            out.append(Attribute(name=name, value=value, dtype=etype.sidecar))
         return tuple(out)
 
     async def _resolve_type(self, tj: Any, depth: int = 0) -> Any:
@@ -327,8 +325,7 @@ class HsdsCatalog:
 
     async def _dataset(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any]) -> Dataset:
         tj = await self._resolve_type(doc.get("type"))
-        htype = parse_type(tj)
-        etype = element_type(tj, htype)
+        htype, etype = parsed_type(tj)
         shape, maxshape = _shape(doc.get("shape"))
         cprops = doc.get("creationProperties") or {}
         if not isinstance(cprops, Mapping):

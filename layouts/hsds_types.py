@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import re
 import struct
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from layouts.hsds_ids import BadId, normalize_id
 from layouts.model import ElementType, ObjectRef, VlenKind
@@ -42,6 +44,8 @@ from layouts.model import ElementType, ObjectRef, VlenKind
 MAX_VLEN_BYTES = 1 << 30
 #: Deepest type nesting accepted (guards recursion on hostile JSON).
 MAX_TYPE_DEPTH = 32
+#: Distinct type JSONs whose parse ``parsed_type`` keeps (a domain has few).
+TYPE_CACHE = 1024
 
 _INT_BASE = re.compile(r"^H5T_STD_([IU])(8|16|32|64)(LE|BE)?$")
 _FLOAT_BASE = re.compile(r"^H5T_IEEE_F(16|32|64)(LE|BE)?$")
@@ -282,6 +286,28 @@ def element_type(tj: Any, t: HType) -> ElementType:
         return ElementType(dtype=obj, sidecar=side, hdf5=hdf5, vlen=VlenKind.ARRAY,
                            vlen_base=t.base.dtype)
     return ElementType(dtype=obj, sidecar=side, hdf5=hdf5, vlen=VlenKind.JSON)
+
+
+def parsed_type(tj: Any) -> tuple[HType, ElementType]:
+    """``parse_type(tj)`` and its ``element_type``, shared by every dataset and
+    attribute with the same type JSON: a 10,000-object domain has a handful of
+    distinct types, and parsing one costs more than spelling it as a key.
+    Errors are not kept; the results are immutable and shared."""
+    try:
+        key = orjson.dumps(tj)
+    except (orjson.JSONEncodeError, TypeError):
+        key = None  # not plain JSON (past 64-bit integers): parsed, not kept
+    if key is None:
+        t = parse_type(tj)
+        return t, element_type(tj, t)
+    return _parsed_type(key)
+
+
+@functools.lru_cache(maxsize=TYPE_CACHE)
+def _parsed_type(key: bytes) -> tuple[HType, ElementType]:
+    tj = orjson.loads(key)
+    t = parse_type(tj)
+    return t, element_type(tj, t)
 
 
 # --------------------------------------------------------------------------- variable-length bytes

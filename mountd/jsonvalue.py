@@ -91,19 +91,36 @@ def dumps(value: Any, refs: Mapping[ObjectRef, str | None] | None = None,
 
 
 def dumps_indented(value: Any, refs: Mapping[ObjectRef, str | None] | None = None) -> bytes:
-    """``dumps(value, refs)`` (indented by 2) as UTF-8 bytes, the same JSON.
+    """``dumps(value, refs)`` (indented by 2) as UTF-8 bytes, the same JSON."""
+    return encode_indented(jsonable(value, refs))
+
+
+def encode_indented(plain: Any) -> bytes:
+    """A value that is already plain JSON-safe Python (``jsonable``'s output)
+    as JSON indented by 2, in UTF-8.
 
     orjson writes it: the standard library's indenting encoder is pure Python
     and about 10x slower, and the sidecars of a 100,000-link group are all
     rendered when it is listed. Values orjson refuses, integers past 64 bits
     and the lone surrogates of undecodable names, go through ``json``.
     """
-    plain = jsonable(value, refs)
     try:
         return orjson.dumps(plain, option=orjson.OPT_INDENT_2)
     except (orjson.JSONEncodeError, TypeError):
         text = json.dumps(plain, indent=2, allow_nan=False, ensure_ascii=False)
         return text.encode("utf-8", "surrogateescape")
+
+
+def loads(raw: bytes) -> Any:
+    """Parse JSON from storage: orjson, or ``json`` for what orjson refuses
+    (``NaN``/``Infinity`` literals, integers past 64 bits, lone surrogates).
+
+    Raises ``ValueError`` (``UnicodeDecodeError`` included) if it is not JSON.
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw.decode("utf-8"))
 
 
 def iter_refs(value: Any) -> Iterator[ObjectRef]:

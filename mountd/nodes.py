@@ -10,7 +10,9 @@ node at once. File handles (``FileHandle``) may also be read concurrently;
 each implementation guards its own lazily loaded content. A directory
 listing serialises its readers with a lock held only while it computes or
 takes a batch of entries (never across a ``yield``), so an abandoned reader
-cannot keep it locked.
+cannot keep it locked. That lock (``QuietLock``) does not yield to trio when
+it is free: a ``find`` over 10,000 directories takes it 40,000 times, and a
+``trio.Lock`` checkpoint costs a scheduler round each time.
 """
 
 from __future__ import annotations
@@ -77,6 +79,28 @@ async def listed_stat(node: Node) -> Stat:
     return Stat(node.type)
 
 
+class QuietLock:
+    """A mutex for trio tasks that takes no checkpoint when it is free.
+
+    ``trio.Lock`` always passes through the scheduler, even uncontended; a
+    holder of this one that never awaits costs no more than a flag. Waiters
+    are woken in no promised order. Not reentrant.
+    """
+
+    def __init__(self) -> None:
+        self._held = False
+        self._waiters = trio.lowlevel.ParkingLot()
+
+    async def __aenter__(self) -> None:
+        while self._held:
+            await self._waiters.park()
+        self._held = True
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._held = False
+        self._waiters.unpark()
+
+
 class Row(NamedTuple):
     """One directory entry. ``stat`` is the node's stat when the listing
     already knows it (then readdir asks the node for nothing more)."""
@@ -109,13 +133,15 @@ class SnapshotListing(DirListing):
     def __init__(self, compute: Callable[[], Awaitable[Sequence[Row]]]) -> None:
         self._compute = compute
         self._items: Sequence[Row] | None = None
-        self._lock = trio.Lock()
+        self._lock = QuietLock()
 
     async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
-        async with self._lock:
-            if self._items is None:
-                self._items = await self._compute()
-            items = self._items
+        items = self._items
+        if items is None:
+            async with self._lock:
+                if self._items is None:
+                    self._items = await self._compute()
+                items = self._items
         for pos in range(start, len(items)):
             name, node, st = items[pos]
             yield pos + 1, name, node, st
@@ -150,7 +176,7 @@ class StreamListing(DirListing):
         self._taken = 0  # entries taken from the current stream
         self._ended = False
         self._recent: deque[Row] = deque(maxlen=window)
-        self._lock = trio.Lock()
+        self._lock = QuietLock()
 
     @property
     def kept(self) -> int:

@@ -102,7 +102,7 @@ async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
 async def sidecar_bytes(obj: AnyObject, h5path: str, domain: Domain | None,
                         resolve: RefResolver) -> bytes:
     doc = await sidecar_document(obj, h5path, domain, resolve)
-    return jsonvalue.dumps_indented(doc) + b"\n"
+    return jsonvalue.encode_indented(doc) + b"\n"
 
 
 async def object_xattrs(obj: AnyObject, resolve: RefResolver) -> dict[str, bytes]:

@@ -166,7 +166,8 @@ class Tree:
         self.grid_readahead = GridReadahead(self.readahead_cap)
         self.dir_readahead: DirReadahead[ObjectDir] = DirReadahead(cap=LIST_CONCURRENCY // 2)
         self.preload_limiter = trio.CapacityLimiter(LIST_CONCURRENCY)
-        #: Listings being loaded ahead, by memo key; set when done.
+        #: Directories being loaded ahead, by ``ObjPath.key``, from the moment
+        #: the load is scheduled; each event is set when its load ends.
         self.loading: dict[Hashable, trio.Event] = {}
         self.started = time.time()
         self._ref_index_ttl = ref_index_ttl
@@ -282,7 +283,10 @@ class Tree:
         if nursery is None or not node.op.names:
             return
         for child in self.dir_readahead.opened(node.op.parent.key, node.op.key):
-            if not child.loaded():
+            if not child.loaded() and child.op.key not in self.loading:
+                # Registered now, not when the task first runs, so a listing
+                # that comes before then waits for this load, not repeats it.
+                self.loading[child.op.key] = trio.Event()
                 nursery.start_soon(self._preload, child)
 
     async def _preload(self, node: ObjectDir) -> None:
@@ -292,6 +296,8 @@ class Tree:
             log.debug("loading %s ahead failed: %s", node.op.h5path, exc)
         except Exception:
             log.exception("loading %s ahead failed", node.op.h5path)
+        finally:
+            self.loading.pop(node.op.key).set()
 
     async def preload_object(self, op: ObjPath) -> None:
         """Fetch one object into the catalog's cache, in the background."""
@@ -832,7 +838,7 @@ class DatasetDir(ObjectDir):
         for name, node in self._own_files(ds).items():
             yield Row(name, node)
         chunk_stat = chunk_file_stat(self.tree, ds)
-        loading = self.tree.loading.get(self._chunks_key(ds))
+        loading = self.tree.loading.get(self.op.key)
         if loading is not None:  # being listed ahead right now: wait for it
             await loading.wait()
         known = self._known_chunks(ds)
@@ -875,15 +881,8 @@ class DatasetDir(ObjectDir):
         """List the chunks of a small dataset ahead (one storage round trip)."""
         async with self.tree.preload_limiter:
             ds = await self.tree.dataset(self.op)
-            key = self._chunks_key(ds)
-            if self._known_chunks(ds) is not None or key in self.tree.loading:
-                return
-            done = self.tree.loading[key] = trio.Event()
-            try:
+            if self._known_chunks(ds) is None:
                 await self._list_small(ds)
-            finally:
-                del self.tree.loading[key]
-                done.set()
 
     async def _list_small(self, ds: Dataset) -> None:
         """Remember the chunk indices if there are at most ``SMALL_LISTING``."""

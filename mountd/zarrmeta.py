@@ -13,7 +13,6 @@ Pure functions over model objects, plus a reference resolver for paths.
 from __future__ import annotations
 
 import base64
-import json
 import posixpath
 from typing import Any
 
@@ -28,7 +27,7 @@ ZGROUP = b'{\n  "zarr_format": 2\n}\n'
 
 
 def _dump(doc: Any) -> bytes:
-    return (json.dumps(doc, indent=2, allow_nan=False, ensure_ascii=False) + "\n").encode()
+    return jsonvalue.encode_indented(doc) + b"\n"
 
 
 def has_zarray(ds: Dataset) -> bool:

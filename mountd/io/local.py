@@ -15,12 +15,15 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
 from mountd.errors import Changed, MountError, NotFound, StorageError
 from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
+
+if TYPE_CHECKING:
+    from os import _ScandirIterator
 
 log = logging.getLogger(__name__)
 
@@ -154,10 +157,12 @@ class LocalStore:
         return await self._run(prefix, scan)
 
     async def iter_dir(self, prefix: str) -> AsyncIterator[str]:
+        """Names under ``prefix`` in pages of ``DIR_PAGE``, one worker-thread
+        call per page; the first call also opens the directory, and a short
+        page is known to be the last, so a small directory costs one call."""
         path = self._path(prefix)
-        it = await self._run(prefix, lambda: os.scandir(path))
 
-        def page() -> list[str]:
+        def page(it: _ScandirIterator[str]) -> list[str]:
             names = []
             for entry in it:
                 names.append(f"{prefix}{entry.name}/" if entry.is_dir()
@@ -166,10 +171,22 @@ class LocalStore:
                     break
             return names
 
+        def first() -> tuple[_ScandirIterator[str], list[str]]:
+            it = os.scandir(path)
+            try:
+                return it, page(it)
+            except BaseException:
+                it.close()
+                raise
+
+        it, names = await self._run(prefix, first)
         try:
-            while names := await self._run(prefix, page):
+            while True:
                 for name in names:
                     yield name
+                if len(names) < DIR_PAGE:
+                    return
+                names = await self._run(prefix, lambda: page(it))
         finally:
             it.close()
 
