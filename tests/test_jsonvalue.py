@@ -1,0 +1,41 @@
+"""Storage JSON parsing and indented JSON writing (mountd.jsonvalue)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from layouts.hsds_types import parsed_type
+from mountd import jsonvalue
+
+
+def test_loads_takes_what_python_json_takes() -> None:
+    """HSDS writes fill values with Python's json, which spells NaN and
+    Infinity bare and keeps integers past 64 bits; orjson refuses both."""
+    doc = jsonvalue.loads(b'{"fill": NaN, "big": 18446744073709551616, "inf": -Infinity}')
+    assert math.isnan(doc["fill"])
+    assert doc["big"] == 2 ** 64
+    assert doc["inf"] == -math.inf
+    assert jsonvalue.loads('{"name": "caf\u00e9"}'.encode()) == {"name": "caf\u00e9"}
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"\xff\xfe", b'{"a": 1,}'])
+def test_loads_refuses_what_is_not_json(raw: bytes) -> None:
+    with pytest.raises(ValueError):
+        jsonvalue.loads(raw)
+
+
+def test_encode_indented_matches_python_json() -> None:
+    plain = {"a": [1, 2.5, None, True], "b": {}, "c": [], "d": "\u00e9", "e": 2 ** 70}
+    expected = json.dumps(plain, indent=2, ensure_ascii=False).encode()
+    assert jsonvalue.encode_indented(plain) == expected
+
+
+def test_parsed_type_is_shared_between_equal_type_json() -> None:
+    first = parsed_type({"class": "H5T_INTEGER", "base": "H5T_STD_I32BE"})
+    again = parsed_type({"class": "H5T_INTEGER", "base": "H5T_STD_I32BE"})
+    assert again is first
+    assert first[1].dtype.str == ">i4"
+    assert parsed_type({"class": "H5T_INTEGER", "base": "H5T_STD_U8LE"})[1].dtype.str == "|u1"
