@@ -15,7 +15,16 @@ from typing import Any
 import numcodecs
 import numpy as np
 
-from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, ObjectRef, VlenKind
+from layouts.model import (
+    AnyObject,
+    Dataset,
+    Datatype,
+    Domain,
+    Group,
+    LinkKind,
+    ObjectRef,
+    VlenKind,
+)
 from mountd import jsonvalue
 
 log = logging.getLogger(__name__)
@@ -88,8 +97,12 @@ async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
     elif isinstance(obj, Datatype):
         doc["dtype"] = obj.type.sidecar
         doc["hdf5"] = {"type": dict(obj.type.hdf5)}
-    elif isinstance(obj, Group) and domain is not None and domain.info:
-        doc["domain"] = dict(domain.info)
+    elif isinstance(obj, Group):
+        if domain is not None and domain.info:
+            doc["domain"] = dict(domain.info)
+        links = stored_links(obj)
+        if links:
+            doc["links"] = links
     doc["attributes"] = {a.name: a.value for a in obj.attrs}
     doc["created"] = obj.created
     doc["modified"] = obj.modified
@@ -97,6 +110,19 @@ async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
     holding = [*doc["attributes"].values(), doc.get("value"), doc.get("fill_value")]
     result: dict[str, Any] = await resolved_jsonable(doc, resolve, holding)
     return result
+
+
+def stored_links(group: Group) -> dict[str, dict[str, str | None]]:
+    """The group's soft and external links as stored, by name: their symlinks'
+    texts are rewritten to stay inside the mount, so the raw targets are kept
+    here (hard links are the directories themselves)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for name, link in group.links.items():
+        if link.kind is LinkKind.SOFT:
+            out[name] = {"kind": "soft", "path": link.target}
+        elif link.kind is LinkKind.EXTERNAL:
+            out[name] = {"kind": "external", "domain": link.domain, "path": link.target}
+    return out
 
 
 async def sidecar_bytes(obj: AnyObject, h5path: str, domain: Domain | None,

@@ -326,6 +326,19 @@ class Tree:
             return (ROOT_SIDECAR,) if suffix == SIDECAR else (f".root{suffix}",)
         return (*prefix[:-1], prefix[-1] + suffix)
 
+    def h5_location(self, op: ObjPath, h5path: str) -> tuple[str, ...]:
+        """Where the HDF5 path ``h5path``, read from the group at ``op``, would be
+        in the mount, by its names alone: ``..`` above the domain's root stays
+        at the root, as in HDF5, so the place is always inside the domain."""
+        names = [] if h5path.startswith("/") else list(op.names)
+        for comp in h5path.split("/"):
+            if comp == "..":
+                if names:
+                    names.pop()
+            elif comp not in ("", "."):
+                names.append(comp)
+        return self.domain_prefix(op.domain) + tuple(display_name(n) for n in names)
+
     @staticmethod
     def relative(target: tuple[str, ...], from_dir: tuple[str, ...]) -> str:
         return posixpath.relpath("/" + "/".join(target), "/" + "/".join(from_dir))
@@ -749,10 +762,13 @@ class GroupDir(ObjectDir):
             domain = await self.tree.external_domain(self.op.domain, link)
             target = (None if domain is None
                       else await self.tree.resolve(self.tree.root_path(domain), link.target))
-        if target is None:
-            text = link.target if link.kind is LinkKind.SOFT else f"{link.domain}::{link.target}"
-            return {"": Symlink(("link", self.op.key, name), text, times)}
         here = self.tree.dir_location(self.op)
+        if target is None:
+            if link.kind is LinkKind.SOFT:
+                text = self.tree.relative(self.tree.h5_location(self.op, link.target), here)
+            else:
+                text = inside_text(f"{link.domain}::{link.target}")
+            return {"": Symlink(("link", self.op.key, name), text, times)}
         entries: dict[str, Node] = {
             "": Symlink(("link", self.op.key, name),
                         self.tree.relative(self.tree.dir_location(target), here), times),
@@ -912,8 +928,21 @@ class DatasetDir(ObjectDir):
         return ChunkFile(self.tree, self.op, index)
 
 
+def inside_text(raw: str) -> str:
+    """Symlink text for a link that leads nowhere in the mount: ``raw`` made
+    relative and unable to climb (no empty, ``.`` or ``..`` component; each
+    component escaped as a name), so it resolves below the link's directory."""
+    parts = [display_name(p) for p in raw.split("/") if p not in ("", ".")]
+    return "/".join(parts) or display_name(raw)
+
+
 class Symlink(SymlinkNode):
-    """A symlink with fixed text; ``times`` is its (mtime, ctime)."""
+    """A symlink with fixed text; ``times`` is its (mtime, ctime).
+
+    It has no xattrs: Linux refuses ``user.*`` attributes on symlinks before
+    asking the filesystem (ENODATA), so the link as stored is kept in the
+    parent group's sidecar (``links``) instead.
+    """
 
     def __init__(self, key: Hashable, text: str, times: tuple[float, float]) -> None:
         self._key = key

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import math
+import os
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import h5py
@@ -38,6 +40,42 @@ def mount_file(h5path: str, suffix: str) -> str:
     """The mount-relative path of ``P<suffix>`` (``P.json``) for an HDF5 path."""
     parent, name = posixpath.split(h5path.rstrip("/"))
     return posixpath.join(mount_rel(parent), display_name(name, suffix)).lstrip("/")
+
+
+def h5_normpath(h5path: str, from_group: str) -> str:
+    """An HDF5 path read from ``from_group``, normalised by its names alone,
+    ``..`` above the root staying at the root (MOUNT-SPEC.md, Links)."""
+    names = [] if h5path.startswith("/") else [p for p in from_group.split("/") if p]
+    for comp in h5path.split("/"):
+        if comp == "..":
+            if names:
+                names.pop()
+        elif comp not in ("", "."):
+            names.append(comp)
+    return "/" + "/".join(names)
+
+
+def symlinks_leaving(mount: Path) -> tuple[int, list[str]]:
+    """How many symlinks are under ``mount``, and those whose text is absolute
+    or, resolved lexically from the link's directory, leaves ``mount`` at any
+    step. ``os.walk`` does not follow symlinks."""
+    seen, bad = 0, []
+    for here, dirs, files in os.walk(mount):
+        depth = len(Path(here).relative_to(mount).parts)
+        for name in dirs + files:
+            path = os.path.join(here, name)
+            if not os.path.islink(path):
+                continue
+            seen += 1
+            text = os.readlink(path)
+            level = depth
+            for comp in text.split("/"):
+                level += -1 if comp == ".." else comp not in ("", ".")
+                if level < 0:
+                    break
+            if text.startswith("/") or level < 0:
+                bad.append(f"{path} -> {text}")
+    return seen, bad
 
 
 def walk_links(f: h5py.File) -> Iterator[LinkInfo]:

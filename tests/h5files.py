@@ -382,6 +382,11 @@ def write_links(directory: Path) -> Path:
         f["ext_data"] = h5py.ExternalLink(EXTERNAL_TARGET, "/data")
         f["ext_group"] = h5py.ExternalLink(EXTERNAL_TARGET, "/grp")
         f["ext_missing"] = h5py.ExternalLink("no_such_file.h5", "/x")
+        # Hostile links: shown as symlinks that stay inside the mount.
+        f["escape_abs"] = h5py.SoftLink("/../../../../../../../../etc/passwd")
+        f["g1/escape_rel"] = h5py.SoftLink("../../../../../../../../etc/passwd")
+        f["escape_ext"] = h5py.ExternalLink("/etc/passwd", "/x")
+        f["escape_ext_rel"] = h5py.ExternalLink("../../../../../../etc/passwd", "../x")
 
         f["g1/hard_alias"] = d  # the same dataset at two paths
         # DROPPED: a hard link to the root group (f["g1/up"] = f["/"]): hsload

@@ -120,7 +120,8 @@ PRUNE: dict[str, tuple[str, ...]] = {
                       for name in ("compound", "null", "ref", "opaque")),
     # a dangling soft link (KeyError), external links ("External links not
     # supported"), a hard link to an ancestor (infinite recursion).
-    "links.h5": ("/dangling", "/ext_data", "/ext_group", "/ext_missing", "/g1/g2/back"),
+    "links.h5": ("/dangling", "/ext_data", "/ext_group", "/ext_missing", "/g1/g2/back",
+                 "/escape_abs", "/g1/escape_rel", "/escape_ext", "/escape_ext_rel"),
     # the dimension-scale attributes: compound with references, vlen of references.
     "netcdf.h5": ("/time@REFERENCE_LIST", "/x@REFERENCE_LIST", "/temp@DIMENSION_LIST",
                   "/flux@DIMENSION_LIST", "/station@DIMENSION_LIST"),
@@ -619,6 +620,10 @@ def test_matches_hsds(hsds_bucket: Any, tmp_path: Path) -> None:
                 for key in ("id", "created", "modified"):
                     mine_doc.pop(key)
                     their_doc.pop(key)
+                stored = {n: v for n, v in their_doc.pop("links", {}).items()
+                          if posixpath.join(path, n) not in removed}
+                if stored:  # the links lindi could not write are pruned on both sides
+                    their_doc["links"] = stored
                 if isinstance(obj, Dataset):
                     assert isinstance(other, Dataset)
                     _compare_dataset(path, obj, other, mine_doc, their_doc, table, f[path],

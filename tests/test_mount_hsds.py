@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import stat
 import subprocess
 from pathlib import Path
@@ -18,9 +19,11 @@ from tests.h5compare import (
     descr_fields,
     expected_chunk,
     expected_json,
+    h5_normpath,
     json_float,
     mount_file,
     mount_rel,
+    symlinks_leaving,
     walk_links,
 )
 from tests.mounting import fuse_available
@@ -142,9 +145,14 @@ def check_link(info: LinkInfo, where: Path, root: Path, f: h5py.File) -> None:
     side = root / mount_file(info.path, ".json")
     if isinstance(link, h5py.SoftLink):
         assert where.is_symlink(), where
-        target = f.get(link.path)
+        target = f.get(link.path) if ".." not in link.path.split("/") else None
         if target is None:
-            assert os.readlink(where) == link.path
+            # dangling: where the target would be, normalised, relative, inside the domain
+            text = os.readlink(where)
+            parent = posixpath.dirname(info.path)
+            lexical = posixpath.normpath(posixpath.join(str(where.parent), text))
+            assert not text.startswith("/")
+            assert lexical == str(root / mount_rel(h5_normpath(link.path, parent))), text
         else:
             resolved = (where.parent / os.readlink(where)).resolve()
             assert resolved == (root / mount_rel(link.path)).resolve(), where
@@ -154,8 +162,9 @@ def check_link(info: LinkInfo, where: Path, root: Path, f: h5py.File) -> None:
     if isinstance(link, h5py.ExternalLink):
         assert where.is_symlink(), where
         text = os.readlink(where)
-        if "::" in text:
-            assert text.endswith(f"::{link.path}"), text
+        assert not text.startswith("/"), text
+        if "::" in text:  # dangling: it cannot climb
+            assert ".." not in text.split("/") and text.endswith(f"::{link.path}"), text
         else:
             assert (where.parent / text).exists(), text
         return
@@ -182,6 +191,28 @@ def check_link(info: LinkInfo, where: Path, root: Path, f: h5py.File) -> None:
     elif isinstance(info.obj, h5py.Group):
         assert doc["kind"] == "group"
     check_attributes(info.obj, where, side, f)
+
+
+def test_no_symlink_leaves_the_mount(mnt: Path) -> None:
+    """Hostile soft and external links (``/../../etc/passwd``, a domain
+    ``/etc/passwd``) are symlinks that stay inside; reading through them
+    never reaches the host's files; the raw links are in the parent's sidecar."""
+    seen, bad = symlinks_leaving(mnt)
+    assert seen > 10 and not bad, bad
+    domain = "home/admin/links.h5"
+    root = mnt / domain
+    for rel in ("escape_abs", "g1/escape_rel", "escape_ext", "escape_ext_rel"):
+        where = root / rel
+        assert where.is_symlink() and not where.exists(), os.readlink(where)
+        with pytest.raises(FileNotFoundError):
+            where.read_bytes()
+    links = json.loads((mnt / f"{domain}.json").read_text())["links"]
+    assert links["escape_abs"] == {"kind": "soft", "path": "/../../../../../../../../etc/passwd"}
+    assert links["escape_ext"]["kind"] == "external"
+    assert links["escape_ext"]["domain"].endswith("/etc/passwd")
+    copied = subprocess.run(["cp", "-rL", str(root / "escape_abs"), "/dev/null"],
+                            check=False, capture_output=True, text=True)
+    assert copied.returncode != 0 and "No such file" in copied.stderr
 
 
 def test_domain_root_sidecar(mnt: Path, hsds_bucket) -> None:

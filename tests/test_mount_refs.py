@@ -30,7 +30,13 @@ import pytest
 
 from tests import h5files
 from tests.faultproxy import FaultProxy
-from tests.h5compare import expected_chunk, expected_json, mount_file, walk_links
+from tests.h5compare import (
+    expected_chunk,
+    expected_json,
+    mount_file,
+    symlinks_leaving,
+    walk_links,
+)
 from tests.http_server import RangeHttpServer
 from tests.lindi_files import lindi_available, write_lindi
 from tests.mounting import fuse_available, mounted, run_h5mount
@@ -318,6 +324,32 @@ def test_shadow_ref_in_remote_reference_is_refused(served: Served, tmp_path: Pat
         with pytest.raises(OSError) as caught:
             (mp / "contiguous" / "0.0").read_bytes()
         assert caught.value.errno == errno.EACCES
+
+
+def test_hostile_soft_links_stay_inside(served: Served, tmp_path: Path) -> None:
+    """A LINDI file whose ``_SOFT_LINK`` paths climb out (``/../../etc/passwd``,
+    ``../../..``) shows symlinks that stay inside the mount, and reading
+    through them never reaches the host's files."""
+    doc = json.loads((served.root / "refs.h5.lindi.json").read_text())
+    hostile = {"escape_abs": "/../../../../../../../../etc/passwd",
+               "numbers/escape_rel": "../../../../../../etc/passwd",
+               "numbers/up": "../../../../../.."}
+    for where, path in hostile.items():
+        doc["refs"][f"{where}/.zgroup"] = {"zarr_format": 2}
+        doc["refs"][f"{where}/.zattrs"] = {"_SOFT_LINK": {"path": path}}
+    source = tmp_path / "hostile.lindi.json"
+    source.write_text(json.dumps(doc))
+    with mounted(source, tmp_path / "mp") as mp:
+        seen, bad = symlinks_leaving(mp)
+        assert seen >= len(hostile) and not bad, bad
+        assert os.readlink(mp / "escape_abs") == "etc/passwd"
+        assert os.readlink(mp / "numbers/escape_rel") == "../etc/passwd"
+        assert os.readlink(mp / "numbers/up") == ".."  # the root: it resolves
+        for where in ("escape_abs", "numbers/escape_rel"):
+            with pytest.raises(FileNotFoundError):
+                (mp / where).read_bytes()
+        links = json.loads((mp / "numbers.json").read_text())["links"]
+        assert links["escape_rel"] == {"kind": "soft", "path": hostile["numbers/escape_rel"]}
 
 
 # --------------------------------------------------------------------------- bad input

@@ -175,9 +175,9 @@ def test_links_become_relative_symlinks() -> None:
         assert await link_text(tree, "home/u/f.h5/soft.json") == "g1/dset.json"
         assert await link_text(tree, "home/u/f.h5/rel") == "g1/dset"
         assert await link_text(tree, "home/u/f.h5/g1/back") == "../x"
-        assert await link_text(tree, "home/u/f.h5/dangling") == "/nowhere"
+        assert await link_text(tree, "home/u/f.h5/dangling") == "nowhere"
         assert await link_text(tree, "home/u/f.h5/ext") == "../other.h5/a"
-        assert await link_text(tree, "home/u/f.h5/extmissing") == "/home/u/missing.h5::/a"
+        assert await link_text(tree, "home/u/f.h5/extmissing") == "home/u/missing.h5::/a"
         # hard links back to an ancestor become symlinks instead of cycles
         assert await link_text(tree, "home/u/f.h5/g1/up") == ".."
         assert await link_text(tree, "home/u/f.h5/g1/me") == "."
@@ -240,7 +240,7 @@ def test_single_domain_root() -> None:
         doc = json.loads(await read_all(await walk(tree, ".root.json")))
         assert doc["path"] == "/"
         assert await link_text(tree, "g1/up.json") == "../.root.json"
-        assert await link_text(tree, "ext") == "/home/u/other.h5::/a"
+        assert await link_text(tree, "ext") == "home/u/other.h5::/a"
 
     trio.run(main)
 
