@@ -225,7 +225,7 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     tune_gc()
     cache = ChunkCache(config.chunk_cache)
     tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl), views=[NpyView()],
-                ref_index_ttl=config.metadata_ttl, chunk_cache=cache)
+                ttl=config.metadata_ttl, chunk_cache=cache)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl)
     try:
         pyfuse3.init(ops, config.mountpoint, config.fuse_options())

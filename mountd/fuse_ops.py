@@ -138,7 +138,8 @@ class Operations(pyfuse3.Operations):
         entry.st_ino = ino
         entry.generation = 0
         entry.entry_timeout = self.ttl
-        entry.attr_timeout = self.ttl
+        # A stand-in size must not be kept: the next stat asks for the real one.
+        entry.attr_timeout = self.ttl if st.exact else 0
         entry.st_mode = _MODES[st.type]
         entry.st_nlink = 1
         entry.st_uid = self.owner.uid

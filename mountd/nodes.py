@@ -39,12 +39,19 @@ class NodeType(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Stat:
-    """What ``getattr`` needs of a node. Times are POSIX seconds."""
+    """What ``getattr`` needs of a node. Times are POSIX seconds.
+
+    ``exact`` is False when ``size`` is a stand-in that a listing gives
+    because the real size costs work (a variable-length chunk must be
+    decoded): the kernel is then told not to keep it, and the node's own
+    ``stat`` computes the real one.
+    """
 
     type: NodeType
     size: int = 0
     mtime: float = 0.0
     ctime: float = 0.0
+    exact: bool = True
 
 
 class Node(ABC):

@@ -183,12 +183,13 @@ class NpyFile(FileNode):
         return Stat(NodeType.FILE, size=size, mtime=mtime, ctime=ctime)
 
     async def open(self) -> FileHandle:
-        return NpyHandle(self.tree, self.op, await self._dataset())
+        handle = NpyHandle(self.tree, self.op, await self._dataset())
+        # The kernel keeps the pages while the chunks they came from are current.
+        handle.keep_cache = self.tree.keep_pages(self.key)
+        return handle
 
 
 class NpyHandle(FileHandle):
-    keep_cache = True
-
     def __init__(self, tree: Tree, op: ObjPath, ds: Dataset) -> None:
         self.tree = tree
         self.op = op

@@ -156,7 +156,7 @@ class Tree:
     """Shared context of all nodes: the catalog, views, and location rules."""
 
     def __init__(self, catalog: Catalog, views: Sequence[ObjectView] = (),
-                 ref_index_ttl: float = 60.0, chunk_cache: ChunkCache | None = None) -> None:
+                 ttl: float = 60.0, chunk_cache: ChunkCache | None = None) -> None:
         self.catalog = catalog
         self.views = tuple(views)
         self.chunk_cache = chunk_cache or ChunkCache(0)
@@ -170,7 +170,8 @@ class Tree:
         #: the load is scheduled; each event is set when its load ends.
         self.loading: dict[Hashable, trio.Event] = {}
         self.started = time.time()
-        self._ref_index_ttl = ref_index_ttl
+        #: ``-o metadata_ttl``: how long anything read from storage may be served.
+        self.ttl = ttl
         self._ref_index: dict[str, tuple[float, dict[str, str]]] = {}
         self._peek: Callable[[Domain, str], AnyObject | None] = (
             catalog.peek_object if isinstance(catalog, CachedCatalog) else _no_peek)
@@ -238,30 +239,50 @@ class Tree:
 
     # -- chunks ---------------------------------------------------------
 
+    def epoch(self) -> Hashable:
+        """The current ``ttl``-long period of the mount's clock. Chunks are cached
+        per period, so a chunk read from storage is served for at most ``ttl``
+        seconds (MOUNT-SPEC.md, Consistency); with ``ttl`` 0 every call is a
+        period of its own."""
+        now = time.monotonic()
+        return int(now // self.ttl) if self.ttl > 0 else now
+
+    def keep_pages(self, key: Hashable) -> bool:
+        """Whether the kernel may keep the page cache of file ``key`` at this
+        open: only if its last open was in this same period, so the pages it
+        holds came from chunks still served now. Otherwise the open drops them."""
+        epoch = self.epoch()
+        last = self.memo.get(("opened", key))
+        self.memo.put(("opened", key), epoch, 16)
+        return last == epoch
+
     async def chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> bytes | None:
         """A decoded chunk through the shared cache; None if it is not stored."""
-        return await self.chunk_cache.get((op.domain.path, ds.id, index),
+        return await self.chunk_cache.get((op.domain.path, ds.id, self.epoch(), index),
                                           lambda: ds.read_chunk(index))
 
     def cached_chunk(self, op: ObjPath, ds: Dataset,
                      index: ChunkIndex) -> tuple[bool, bytes | None]:
         """``(True, chunk)`` when the chunk is in the cache now; no I/O."""
-        return self.chunk_cache.peek((op.domain.path, ds.id, index))
+        return self.chunk_cache.peek((op.domain.path, ds.id, self.epoch(), index))
+
+    def _chunk_keys(self, op: ObjPath, ds: Dataset,
+                    indices: Sequence[ChunkIndex]) -> list[Hashable]:
+        epoch = self.epoch()
+        return [(op.domain.path, ds.id, epoch, index) for index in indices]
 
     async def chunks(self, op: ObjPath, ds: Dataset,
                      indices: Sequence[ChunkIndex]) -> list[bytes | MountError | None]:
         """Decoded chunks through the shared cache, the missing ones read in
         batches: for each index the chunk, None (not stored) or its error."""
         return await self.chunk_cache.get_many(
-            [(op.domain.path, ds.id, index) for index in indices],
-            chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
+            self._chunk_keys(op, ds, indices), chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
 
     def prefetch_chunks(self, op: ObjPath, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
         """Start decoding chunks in the background, in batches; how many of
         ``indices`` (from the first) the cache accepted for now."""
         return self.chunk_cache.prefetch_many(
-            [(op.domain.path, ds.id, index) for index in indices],
-            chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
+            self._chunk_keys(op, ds, indices), chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
 
     def chunk_file_read(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
         """A chunk file is being read: prefetch the next chunks in grid order if
@@ -431,7 +452,7 @@ class Tree:
                 index[link.target] = child.h5path
                 if link.target_kind in (None, ObjectKind.GROUP):
                     queue.append(child)
-        self._ref_index[domain.path] = (now + self._ref_index_ttl, index)
+        self._ref_index[domain.path] = (now + self.ttl, index)
         return index
 
     def times(self, op: ObjPath, obj: AnyObject) -> tuple[float, float]:
@@ -1031,12 +1052,13 @@ ZATTRS_NAME = ".zattrs"
 ZARRAY_NAME = ".zarray"
 
 
-def chunk_file_stat(tree: Tree, ds: Dataset) -> Stat | None:
-    """The stat of every chunk file of ``ds``; None where sizes differ by chunk
-    (variable-length types)."""
-    if ds.chunk_nbytes is None:
-        return None
+def chunk_file_stat(tree: Tree, ds: Dataset) -> Stat:
+    """The stat a listing gives every chunk file of ``ds``: exact for fixed-size
+    types; for variable-length ones sizes differ by chunk and cost a decode,
+    so it is a stand-in (``exact`` False) that the file's own stat replaces."""
     mtime, ctime = _times(ds, tree)
+    if ds.chunk_nbytes is None:
+        return Stat(NodeType.FILE, mtime=mtime, ctime=ctime, exact=False)
     return Stat(NodeType.FILE, size=ds.chunk_nbytes, mtime=mtime, ctime=ctime)
 
 
@@ -1053,22 +1075,44 @@ class ChunkFile(FileNode):
         return ("chunk", self.op.key, self.index)
 
     async def stat(self) -> Stat:
+        """Exact: a variable-length chunk is decoded to learn its size (kept
+        with the dataset object, so for ``metadata_ttl``)."""
         ds = await self.tree.dataset(self.op)
-        known = chunk_file_stat(self.tree, ds)
-        if known is not None:
-            return known
-        mtime, ctime = _times(ds, self.tree)
-        return Stat(NodeType.FILE, mtime=mtime, ctime=ctime)
+        listed = chunk_file_stat(self.tree, ds)
+        if listed.exact:
+            return listed
+        size: int | None = self.tree.memo.get(self._size_key, ds)
+        if size is None:
+            size = len(await self._data(ds))
+            self.tree.memo.put(self._size_key, size, 16, ds)
+        return Stat(NodeType.FILE, size=size, mtime=listed.mtime, ctime=listed.ctime)
+
+    @property
+    def _size_key(self) -> Hashable:
+        return ("chunk size", self.op.key, self.index)
+
+    async def _data(self, ds: Dataset) -> bytes:
+        self.tree.chunk_file_read(self.op, ds, self.index)
+        data = await self.tree.chunk(self.op, ds, self.index)
+        if data is None:
+            where = f"{self.op.domain.path}{self.op.h5path} chunk {chunk_name(self.index)}"
+            raise StorageError(where, "chunk is no longer stored")
+        return data
 
     async def open(self) -> FileHandle:
+        """The kernel keeps the file's pages only while they are current
+        (``Tree.keep_pages``). A variable-length chunk is decoded now; if its
+        size is not the one last reported, the kernel's idea of the size is
+        stale, so this open bypasses the page cache (``direct_io``)."""
         ds = await self.tree.dataset(self.op)
-        where = f"{self.op.domain.path}{self.op.h5path} chunk {chunk_name(self.index)}"
+        keep = self.tree.keep_pages(self.key)
+        if ds.chunk_nbytes is not None:
+            return BytesHandle(lambda: self._data(ds), keep_cache=keep)
+        data = await self._data(ds)
+        reported = self.tree.memo.get(self._size_key, ds)
+        self.tree.memo.put(self._size_key, len(data), 16, ds)
 
-        async def load() -> bytes:
-            self.tree.chunk_file_read(self.op, ds, self.index)
-            data = await self.tree.chunk(self.op, ds, self.index)
-            if data is None:
-                raise StorageError(where, "chunk is no longer stored")
+        async def loaded() -> bytes:
             return data
 
-        return BytesHandle(load, direct_io=ds.chunk_nbytes is None, keep_cache=True)
+        return BytesHandle(loaded, direct_io=reported != len(data), keep_cache=keep)

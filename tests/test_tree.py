@@ -429,7 +429,7 @@ class RecordingCache(ChunkCache):
 
     def prefetch_many(self, keys, fetch, batch=1) -> int:  # type: ignore[no-untyped-def]
         accepted = super().prefetch_many(keys, fetch, batch)
-        self.asked.extend(key[2] for key in keys[:accepted])
+        self.asked.extend(key[-1] for key in keys[:accepted])
         return accepted
 
 
