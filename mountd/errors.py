@@ -7,13 +7,18 @@ exist" (ENOENT), ``Corrupt`` means stored bytes cannot be decoded (EIO),
 means a reference points somewhere it may not (EACCES).
 
 ``report_once`` logs an error the first time a given key fails, so one broken
-object does not flood the log when the kernel retries it. It is plain
-synchronous code over a set and is safe from any task or thread holding the GIL.
+object does not flood the log when the kernel retries it; ``report_unexpected``
+does the same for exceptions that are bugs (with their traceback). The keys
+logged are remembered in a bounded LRU (``REPORTED_MAX``), so a mount that
+meets millions of broken objects does not grow without end; a key forgotten
+is logged again. Plain synchronous code, safe from any task or thread
+holding the GIL.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +56,29 @@ class SourceError(MountError):
     """The mount source is unknown or unreadable; raised before mounting."""
 
 
-_reported: set[str] = set()
+#: Most keys remembered as already logged.
+REPORTED_MAX = 10_000
+_reported: OrderedDict[str, None] = OrderedDict()
+
+
+def _first_report(key: str) -> bool:
+    """True the first time ``key`` is seen (since it was last forgotten)."""
+    if key in _reported:
+        _reported.move_to_end(key)
+        return False
+    _reported[key] = None
+    if len(_reported) > REPORTED_MAX:
+        _reported.popitem(last=False)
+    return True
 
 
 def report_once(err: StorageError) -> None:
     """Log ``err`` unless an error for the same key was logged before."""
-    if err.key in _reported:
-        return
-    _reported.add(err.key)
-    log.error("cannot read %s: %s", err.key, err.reason)
+    if _first_report(err.key):
+        log.error("cannot read %s: %s", err.key, err.reason)
+
+
+def report_unexpected(where: str, exc: BaseException) -> None:
+    """Log an exception that is a bug, with its traceback, once per place and kind."""
+    if _first_report(f"{where}: {type(exc).__name__}: {exc}"):
+        log.error("unexpected error in %s", where, exc_info=exc)

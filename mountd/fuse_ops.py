@@ -28,7 +28,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyfuse3
 
-from mountd.errors import Forbidden, MountError, NotFound, StorageError, report_once
+from mountd.errors import (
+    Forbidden,
+    MountError,
+    NotFound,
+    StorageError,
+    report_once,
+    report_unexpected,
+)
 from mountd.inodes import ROOT_INODE, InodeTable
 from mountd.names import from_bytes, to_bytes
 from mountd.nodes import (
@@ -64,8 +71,9 @@ class Owner:
     gid: int
 
 
-def errno_of(exc: BaseException) -> int:
-    """The errno a failure is reported as (the one mapping of errors to errno)."""
+def errno_of(exc: BaseException, where: str = "a request") -> int:
+    """The errno a failure is reported as (the one mapping of errors to errno);
+    ``where`` names the request for the log when ``exc`` is a bug."""
     if isinstance(exc, NotFound):
         return errno.ENOENT
     if isinstance(exc, Forbidden):
@@ -76,7 +84,7 @@ def errno_of(exc: BaseException) -> int:
     if isinstance(exc, MountError):
         log.error("%s", exc)
         return errno.EIO
-    log.exception("unexpected error", exc_info=exc)
+    report_unexpected(where, exc)
     return errno.EIO
 
 
@@ -94,7 +102,8 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
         except pyfuse3.FUSEError:
             raise
         except Exception as exc:
-            raise pyfuse3.FUSEError(errno_of(exc)) from None
+            where = f"{name} {args[0]!r}" if args else name
+            raise pyfuse3.FUSEError(errno_of(exc, where)) from None
 
     return wrapped
 
