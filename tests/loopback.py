@@ -86,9 +86,11 @@ class LoopbackHttp:
     def wrap(self, server: LoopbackServer) -> None:
         """Change the listening server before it serves (TLS, for one)."""
 
-    def start(self) -> None:
+    def start(self, port: int = 0) -> None:
+        """Serve on ``port`` (0: a free one; a port given again restarts a
+        stopped server where its clients look for it)."""
         self.stopping.clear()
-        server = LoopbackServer(("127.0.0.1", 0), self.handler)
+        server = LoopbackServer(("127.0.0.1", port), self.handler)
         server.owner = self
         self.wrap(server)
         self._server = server

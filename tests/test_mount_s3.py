@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -188,6 +190,71 @@ def test_stalled_server_gives_eio_not_a_hang(s3_bucket, proxy, tmp_path) -> None
             (mp / GZIP / "1.1").read_bytes()
         assert err.value.errno == errno.EIO
         assert time.monotonic() - started < 3 + 2
+
+
+def test_server_killed_and_restarted_under_a_reader(s3_bucket, mnt, proxy, tmp_path) -> None:
+    """A reader runs while the S3 server goes away (connections cut, port
+    closed) and comes back on the same port: every read gives the right
+    bytes or EIO, never wrong bytes; afterwards everything reads again, the
+    daemon is alive, and the disk cache holds no partial block (a remount on
+    it reads right with the server gone)."""
+    expected = (mnt / f"{GRID}.npy").read_bytes()
+    cache = tmp_path / "cache"
+    # metadata_ttl=1: cached chunks and metadata expire while the server is
+    # gone, so reads go to it (the dataset is small enough to be cached whole).
+    options = ("-o", f"timeout=2,metadata_ttl=1,cache_dir={cache},cache_size=1M,chunk_cache=1M")
+    outcomes = {"ok": 0, "eio": 0}
+    wrong: list[str] = []
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        stop = threading.Event()
+
+        def reader() -> None:
+            rng = random.Random(7)
+            while not stop.is_set():
+                offset = rng.randrange(len(expected))
+                try:
+                    with open(mp / f"{GRID}.npy", "rb") as f:
+                        f.seek(offset)
+                        got = f.read(65536)
+                except OSError as exc:
+                    if exc.errno != errno.EIO:
+                        wrong.append(f"errno {exc.errno}")
+                    outcomes["eio"] += 1
+                    continue
+                if got != expected[offset:offset + 65536]:
+                    wrong.append(f"wrong bytes at {offset}")
+                outcomes["ok"] += 1
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        try:
+            time.sleep(1.0)
+            port = proxy.port
+            proxy.stop()
+            time.sleep(4.0)  # longer than the timeout: reads in flight give EIO
+            proxy.start(port)
+            time.sleep(3.0)
+        finally:
+            stop.set()
+            thread.join(60)
+        assert not thread.is_alive() and not wrong, wrong[:5]
+        assert outcomes["ok"] > 0 and outcomes["eio"] > 0, outcomes
+        assert (mp / f"{GRID}.npy").read_bytes() == expected
+    # Remount on the same disk cache with every chunk GET failing: what it
+    # serves comes from the cache alone, and must be whole blocks.
+    with proxied(s3_bucket, proxy, tmp_path / "mp2", "-o", f"timeout=2,cache_dir={cache}") \
+            as mp2:
+        proxy.error(500, method="GET", path=chunk_path(mp2, GRID))
+        served = 0
+        for name in sorted(n for n in os.listdir(mp2 / GRID) if n[0].isdigit()):
+            try:
+                got = (mp2 / GRID / name).read_bytes()
+            except OSError as exc:  # not cached whole: EIO, never wrong bytes
+                assert exc.errno == errno.EIO
+                continue
+            assert got == (mnt / GRID / name).read_bytes(), name
+            served += 1
+        assert served > 0
 
 
 def test_readahead_overlaps_a_slow_server(s3_bucket, mnt, proxy, tmp_path) -> None:
