@@ -30,7 +30,7 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
-from mountd import stats
+from mountd import logsafe, stats
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
@@ -121,8 +121,13 @@ def setup_logging(config: MountConfig, to_stderr: bool) -> None:
     elif not config.log_file and os.path.exists("/dev/log"):
         handlers.append(logging.handlers.SysLogHandler("/dev/log"))
     fmt = "%(asctime)s h5mount[%(process)d] %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=config.log_level.upper(), format=fmt,
+    redact = logsafe.RedactFilter()
+    for handler in handlers:
+        handler.addFilter(redact)
+    level = logging.getLevelName(config.log_level.upper())
+    logging.basicConfig(level=level, format=fmt,
                         handlers=handlers or [logging.NullHandler()], force=True)
+    logsafe.quiet_libraries(level)
 
 
 def sd_notify(message: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import signal
 import stat
 import threading
 import time
@@ -27,7 +28,7 @@ import pytest
 from layouts.hsds_ids import parse_id
 from tests.faultproxy import FaultProxy
 from tests.h5compare import mount_file, walk_links
-from tests.mounting import fuse_available, mounted
+from tests.mounting import daemon_pids, fuse_available, mounted
 
 pytestmark = [pytest.mark.mount, pytest.mark.hsds,
               pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
@@ -255,6 +256,38 @@ def test_server_killed_and_restarted_under_a_reader(s3_bucket, mnt, proxy, tmp_p
             assert got == (mnt / GRID / name).read_bytes(), name
             served += 1
         assert served > 0
+
+
+def test_credentials_never_leak(s3_bucket, proxy, tmp_path) -> None:
+    """The secret key and session token reach nothing the mount or its logs
+    produce, at DEBUG level, through errors and retries included: log file,
+    stats file, sidecars, xattrs, .zattrs."""
+    secret, token = "SeCrEt-" + os.urandom(8).hex(), "ToKeN-" + os.urandom(8).hex()
+    env = {**s3_bucket.env, "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": token}
+    log_file, stats = tmp_path / "h5mount.log", tmp_path / "stats.json"
+    with mounted(s3_bucket.url, tmp_path / "mp", "--endpoint-url", proxy.endpoint,
+                 "--log-level", "DEBUG", "--log-file", str(log_file),
+                 "-o", f"timeout=2,stats_file={stats}", env=env) as mp:
+        proxy.error(503, method="GET", path=chunk_path(mp, GZIP), times=3)
+        proxy.error(403, method="GET", path=chunk_path(mp, GRID))
+        produced = [(mp / f"{GZIP}.npy").read_bytes()]
+        with pytest.raises(OSError):
+            (mp / f"{GRID}.npy").read_bytes()
+        for here, _, files in os.walk(mp / "home/admin/filters.h5"):
+            for name in files:
+                path = Path(here) / name
+                if name.endswith(".json") or name.startswith(".z"):
+                    produced.append(path.read_bytes())
+                produced += [os.getxattr(path, x) for x in os.listxattr(path)]
+        (pid,) = daemon_pids(mp)
+        os.kill(pid, signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while not stats.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    produced += [log_file.read_bytes(), stats.read_bytes()]
+    assert b"503" in produced[-2] or b"SlowDown" in produced[-2]  # the log saw the faults
+    for blob in produced:
+        assert secret.encode() not in blob and token.encode() not in blob
 
 
 def test_readahead_overlaps_a_slow_server(s3_bucket, mnt, proxy, tmp_path) -> None:

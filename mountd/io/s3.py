@@ -94,6 +94,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from mountd import logsafe
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
 from mountd.io.http import USER_AGENT, http_mtime, read_bigger, tls_failure
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
@@ -193,6 +194,7 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
                 if source is None:
                     raise SourceError(f"no AWS credentials found: {_NO_CREDENTIALS}")
                 credentials = _Credentials(source, await source.get_frozen_credentials())
+                credentials.keep_out_of_logs()
         except BotoCoreError as exc:
             raise SourceError(f"cannot set up the S3 client: {exc}") from exc
         read_bigger()
@@ -236,8 +238,14 @@ class _Credentials:
             self._refreshing = False
         self._fresh_until = trio.current_time() + CREDENTIALS_TTL
         if snapshot != self._snapshot:
-            log.debug("AWS credentials changed (access key %s)", snapshot.access_key)
             self._snapshot, self._signers = snapshot, {}
+            self.keep_out_of_logs()
+            log.debug("AWS credentials changed (access key %s)", snapshot.access_key)
+
+    def keep_out_of_logs(self) -> None:
+        """Mask the current secret key and session token in every log record."""
+        logsafe.add_secret(self._snapshot.secret_key)
+        logsafe.add_secret(self._snapshot.token)
 
 
 @dataclass(frozen=True, slots=True)

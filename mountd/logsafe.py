@@ -1,0 +1,60 @@
+"""Keeping credentials out of the log.
+
+Owns the set of secret strings (AWS secret keys and session tokens) that no
+log record may carry, and the logging filter that masks them: every handler
+``daemon.setup_logging`` installs has it, so records of every logger pass
+through it, third-party ones included (botocore logs the signed request
+headers, session token and all, at DEBUG). Those chatty libraries are also
+held at INFO whatever ``--log-level`` says (``quiet_libraries``).
+
+Concurrency: ``add_secret`` and the filter touch one set under the GIL, with
+no I/O; records may come from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+
+MASK = "<redacted>"
+#: Libraries whose DEBUG output is request plumbing (headers, hooks), not ours.
+CHATTY = ("botocore", "aiobotocore", "urllib3", "httpcore", "httpx", "hpack", "hpack.hpack")
+#: Secrets shorter than this are not masked (they would mask ordinary text).
+MIN_SECRET = 8
+
+_secrets: set[str] = set()
+
+
+def add_secret(value: str | None) -> None:
+    """Mask ``value`` in every log record from now on."""
+    if value and len(value) >= MIN_SECRET:
+        _secrets.add(value)
+
+
+def _mask(text: str) -> str:
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+class RedactFilter(logging.Filter):
+    """Replaces every known secret in a record's message and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _secrets:
+            return True
+        message = record.getMessage()
+        masked = _mask(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = _mask(record.exc_text)
+        return True
+
+
+def quiet_libraries(level: int) -> None:
+    """Hold the ``CHATTY`` libraries at INFO or above."""
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(max(level, logging.INFO))
