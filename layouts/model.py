@@ -203,17 +203,17 @@ class Dataset(H5Object):
     fill_value: Any
     hdf5: Mapping[str, Any] = field(default_factory=dict)
     store: ChunkStore
+    #: Number of chunks along each dimension (``()`` for a scalar), computed
+    #: once: listings test every stored chunk against it.
+    grid: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        grid = () if self.shape is None else chunk_grid(self.shape, self.chunks)
+        object.__setattr__(self, "grid", grid)
 
     @property
     def kind(self) -> ObjectKind:
         return ObjectKind.DATASET
-
-    @property
-    def grid(self) -> tuple[int, ...]:
-        """Number of chunks along each dimension (``()`` for a scalar)."""
-        if self.shape is None:
-            return ()
-        return chunk_grid(self.shape, self.chunks)
 
     @property
     def chunk_elements(self) -> int:
@@ -231,7 +231,10 @@ class Dataset(H5Object):
             return False
         if self.shape == ():
             return index == (0,)
-        return in_chunk_grid(index, self.grid)
+        grid = self.grid
+        if len(grid) == 1:  # the common case of long listings, without a generator
+            return len(index) == 1 and 0 <= index[0] < grid[0]
+        return in_chunk_grid(index, grid)
 
     @property
     def effective_fill(self) -> Any:
