@@ -17,12 +17,23 @@ them last to first, whatever order the JSON lists them in:
    Zstandard (32015, one zstd frame) or LZ4 (32004, the HDF5 LZ4 plugin's
    framing: big-endian 8-byte total size, 4-byte block size, then each block
    as a 4-byte big-endian length and the LZ4 block, or the block itself when
-   it did not compress). No compressor is allowed to produce more than the
-   chunk's size: the sizes headers declare are checked before decoding.
+   it did not compress). No compressor may produce more than the chunk's
+   size (``layouts.inflate``): the sizes headers declare are checked before
+   decoding, and a zlib stream stops one byte past it.
 3. Byte shuffle (id 2) by the element size.
 
 Anything else (szip, lzf, scale-offset, n-bit, bitshuffle, user filters) makes
 ``Pipeline.unknown`` say so; every chunk read then fails, metadata still works.
+
+``check_for_hdf5`` guards the chunks that are left to the HDF5 library itself
+(``layouts.lindi_external`` reads some datasets through h5py): libhdf5's
+deflate filter grows its buffer until the stream ends, and szip, lzf,
+bitshuffle, n-bit and scale-offset allocate what the chunk or the filter's
+parameters state. It undoes the compressors decoded here, each capped, and
+checks the stated sizes of the others against the chunk's size, so that a
+bomb is ``Corrupt`` before h5py sees it. ``stored_limit`` is the most bytes a
+stored chunk of a given decoded size may have; a larger one is refused before
+it is read.
 
 Concurrency: pure functions over bytes, safe in any thread; ``decode`` is what
 callers run in a worker thread for large chunks.
@@ -31,7 +42,7 @@ callers run in a worker thread for large chunks.
 from __future__ import annotations
 
 import struct
-import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,17 +50,30 @@ import numcodecs
 import numpy as np
 
 from layouts.hsds_chunks import filter_classes
-from layouts.inflate import fast_inflate
+from layouts.inflate import inflate, unblosc, unzstd
 from mountd.errors import Corrupt
 
 FLETCHER32_SIZE = 4
-_BLOSC_HEADER = struct.Struct("<BBBBIII")
 _LZ4_HEADER = struct.Struct(">qi")
 _LZ4_BLOCK = struct.Struct(">i")
-_ZSTD_MAGIC = 0xFD2FB528
+_BITSHUFFLE_HEADER = struct.Struct(">qi")
+_SZIP_HEADER = struct.Struct("<I")
+
+#: HDF5 filter ids (H5Zpublic.h, and the ids registered with The HDF Group for plugins).
+DEFLATE, SHUFFLE, FLETCHER32, SZIP, NBIT, SCALEOFFSET = 1, 2, 3, 4, 5, 6
+LZF, BLOSC, LZ4, BITSHUFFLE, ZSTD = 32000, 32001, 32004, 32008, 32015
 
 _COMPRESSORS = {"H5Z_FILTER_DEFLATE": "deflate", "H5Z_FILTER_BLOSC": "blosc",
                 "H5Z_FILTER_LZ4": "lz4", "H5Z_FILTER_ZSTD": "zstd"}
+_COMPRESSOR_IDS = {DEFLATE: "deflate", BLOSC: "blosc", LZ4: "lz4", ZSTD: "zstd"}
+
+
+def stored_limit(nbytes: int) -> int:
+    """The most bytes a stored chunk that decodes to ``nbytes`` may have, whatever its
+    filters: twice the size plus 4 KiB, far above the worst case of any compressor
+    here (zlib adds under 1%, Blosc 16 bytes, LZ4 0.4% plus 20 bytes a block),
+    a checksum and their headers."""
+    return 2 * nbytes + 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,67 +131,13 @@ def _fletcher32_ok(raw: bytes) -> bool:
     return True
 
 
-def _inflate(raw: bytes, expected: int, key: str) -> bytes:
-    fast = fast_inflate(raw, expected)
-    if fast is not None:
-        return fast
-    inflater = zlib.decompressobj()
-    try:
-        data = inflater.decompress(raw, expected + 1)
-    except zlib.error as exc:
-        raise Corrupt(key, f"zlib decompression failed: {exc}") from exc
-    if len(data) > expected:
-        raise Corrupt(key, f"zlib stream holds more than the chunk's {expected} bytes")
-    if not inflater.eof:
-        raise Corrupt(key, "zlib stream is truncated")
-    if inflater.unused_data:
-        raise Corrupt(key, f"{len(inflater.unused_data)} bytes after the zlib stream")
-    return data
-
-
-def _unblosc(raw: bytes, expected: int, key: str) -> bytes:
-    if len(raw) < _BLOSC_HEADER.size:
-        raise Corrupt(key, "too short for a Blosc frame")
-    version, _, _, _, nbytes, _, cbytes = _BLOSC_HEADER.unpack_from(raw)
-    if not 1 <= version <= 5 or cbytes != len(raw) or nbytes != expected:
-        raise Corrupt(key, f"not a Blosc frame of {expected} bytes "
-                      f"(version {version}, {nbytes} bytes in {cbytes})")
-    try:
-        return bytes(numcodecs.blosc.decompress(raw))
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise Corrupt(key, f"Blosc decompression failed: {exc}") from exc
-
-
-def _zstd_content_size(raw: bytes) -> int | None:
-    """The content size a zstd frame header declares, or None if it declares none."""
-    if len(raw) < 5 or int.from_bytes(raw[:4], "little") != _ZSTD_MAGIC:
-        return None
-    descriptor = raw[4]
-    single_segment = bool(descriptor & 0x20)
-    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3]
-    size = ((1 if single_segment else 0), 2, 4, 8)[descriptor >> 6]
-    if size == 0 or pos + size > len(raw):
-        return None
-    value = int.from_bytes(raw[pos:pos + size], "little")
-    return value + 256 if size == 2 else value
-
-
-def _unzstd(raw: bytes, expected: int, key: str) -> bytes:
-    declared = _zstd_content_size(raw)
-    if declared != expected:
-        raise Corrupt(key, f"not a zstd frame of {expected} bytes (declares {declared})")
-    try:
-        return bytes(numcodecs.Zstd().decode(raw, out=np.empty(expected, dtype=np.uint8)))
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise Corrupt(key, f"zstd decompression failed: {exc}") from exc
-
-
-def _unlz4(raw: bytes, expected: int, key: str) -> bytes:
+def _unlz4(raw: bytes, limit: int, key: str) -> bytes:
     if len(raw) < _LZ4_HEADER.size:
         raise Corrupt(key, "too short for an HDF5 LZ4 header")
     total, block = _LZ4_HEADER.unpack_from(raw)
-    if total != expected or block <= 0:
-        raise Corrupt(key, f"bad LZ4 header (total {total}, block {block} bytes)")
+    if not 0 <= total <= limit or block <= 0:
+        raise Corrupt(key, f"bad LZ4 header (total {total}, block {block} bytes, "
+                      f"at most {limit} expected)")
     pos = _LZ4_HEADER.size
     parts: list[bytes] = []
     done = 0
@@ -195,18 +165,16 @@ def _unlz4(raw: bytes, expected: int, key: str) -> bytes:
     return b"".join(parts)
 
 
+_DECOMPRESS: dict[str, Callable[[bytes, int, str], bytes]] = {
+    "deflate": inflate, "blosc": unblosc, "zstd": unzstd, "lz4": _unlz4}
+
+
 def _decode_once(raw: bytes, pipe: Pipeline, itemsize: int, nbytes: int, key: str) -> bytes:
     data = raw
     if pipe.fletcher32:
         data = _fletcher32_strip(data, key)
-    if pipe.compressor == "deflate":
-        data = _inflate(data, nbytes, key)
-    elif pipe.compressor == "blosc":
-        data = _unblosc(data, nbytes, key)
-    elif pipe.compressor == "zstd":
-        data = _unzstd(data, nbytes, key)
-    elif pipe.compressor == "lz4":
-        data = _unlz4(data, nbytes, key)
+    if pipe.compressor is not None:
+        data = _DECOMPRESS[pipe.compressor](data, nbytes, key)
     if len(data) != nbytes:
         raise Corrupt(key, f"chunk decodes to {len(data)} bytes, expected {nbytes}")
     if pipe.shuffle and itemsize > 1:
@@ -224,3 +192,65 @@ def decode(raw: bytes, pipe: Pipeline, itemsize: int, nbytes: int, key: str) -> 
         if pipe.fletcher32 or not _fletcher32_ok(raw):
             raise
     return _decode_once(raw[:-FLETCHER32_SIZE], pipe, itemsize, nbytes, key)
+
+
+def _keeps_size(code: int, values: Sequence[int]) -> bool:
+    """True for an HDF5 filter whose output has the size of its input: shuffle, and
+    bitshuffle without compression (its cd_values[4] is the compressor, 0 for none)."""
+    return code == SHUFFLE or (code == BITSHUFFLE and not (len(values) >= 5 and values[4]))
+
+
+def _stated_size(code: int, values: Sequence[int], data: bytes, key: str) -> int | None:
+    """What the HDF5 filter ``code`` will allocate to undo itself on ``data``, from its
+    parameters or header, when it says (the filters ``check_for_hdf5`` cannot decode)."""
+    if code == SZIP:  # H5Z_filter_szip: the decoded size, 4 bytes little-endian, first
+        if len(data) < _SZIP_HEADER.size:
+            raise Corrupt(key, "szip chunk shorter than its header")
+        return int(_SZIP_HEADER.unpack_from(data)[0])
+    if code == LZF:  # h5py's lzf filter: a first buffer of cd_values[2] bytes
+        return max(len(data), values[2] if len(values) >= 3 else 0)
+    if code in (NBIT, SCALEOFFSET) and len(values) >= 5:
+        return values[2] * values[4]  # elements times element size
+    if code == BITSHUFFLE and len(values) >= 5 and values[4]:
+        if len(data) < _BITSHUFFLE_HEADER.size:
+            raise Corrupt(key, "bitshuffle chunk shorter than its header")
+        return int(_BITSHUFFLE_HEADER.unpack_from(data)[0])  # big-endian total bytes
+    return None
+
+
+def check_for_hdf5(raw: bytes, filters: Sequence[tuple[int, Sequence[int]]], limit: int,
+                   key: str) -> None:
+    """Raise Corrupt unless libhdf5 can undo ``filters`` on the stored chunk ``raw``
+    without making more than ``limit`` bytes (the chunk's size in the file).
+
+    ``filters`` are (filter id, cd_values) in pipeline (encoding) order, those the
+    chunk's filter mask skips already left out. They are undone last to first:
+    Fletcher32 is stripped, shuffle and uncompressed bitshuffle keep the size,
+    deflate, Blosc, zstd and LZ4 are decoded here, each capped (at ``limit`` when
+    only size-keeping filters remain, else at ``stored_limit(limit)``, as the
+    output is another filter's stored form). Szip, lzf, n-bit, scale-offset and
+    compressed bitshuffle are checked by the size they state, and a filter not
+    known here not at all; both end the check, since what they make is not seen.
+    Residual risk: an lzf stream within those sizes can still expand about 88
+    times (h5py's filter grows its buffer by the input size until it fits), and a
+    user-defined filter is trusted.
+    """
+    data = raw
+    for pos in range(len(filters) - 1, -1, -1):
+        code, values = filters[pos]
+        sized = all(_keeps_size(*earlier) for earlier in filters[:pos])
+        cap = limit if sized else stored_limit(limit)
+        if code == FLETCHER32:
+            if len(data) < FLETCHER32_SIZE:
+                raise Corrupt(key, "chunk is shorter than its Fletcher32 checksum")
+            data = data[:-FLETCHER32_SIZE]
+        elif _keeps_size(code, values):
+            continue
+        elif code in _COMPRESSOR_IDS:
+            data = _DECOMPRESS[_COMPRESSOR_IDS[code]](data, cap, key)
+        else:
+            stated = _stated_size(code, values, data, key)
+            if stated is not None and stated > cap:
+                raise Corrupt(key, f"filter {code} states {stated} bytes, more than the "
+                                   f"chunk's {cap}")
+            return

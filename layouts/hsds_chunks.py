@@ -21,6 +21,11 @@ How HSDS 1.0.2 writes chunks (``hsds/util/storUtil.py`` ``_compress``,
    numcodecs encodings (``VLenUTF8``/``VLenBytes``/``VLenArray`` are the HSDS
    stream with a uint32 item count in front; ``JSON`` re-encodes the values).
 
+No decoder produces more than the chunk can hold (``layouts.inflate``): its
+size for fixed-size elements, the bitshuffle worst case for a bitshuffled one,
+``MAX_VLEN_CHUNK_BYTES`` for variable-length elements. A Blosc header stating
+more, or a zlib stream holding more, makes the chunk ``Corrupt``.
+
 ``HsdsChunkStore.read_many`` reads a batch of chunk objects with one
 ``get_many`` of the store (one worker-thread call for a local bucket,
 concurrent gets for a remote one), so tiny chunks do not each pay a thread
@@ -37,7 +42,6 @@ from __future__ import annotations
 import logging
 import math
 import struct
-import zlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -48,6 +52,7 @@ import trio
 
 from layouts import hsds_ids
 from layouts.hsds_types import FormatError, HType, read_count, read_elements, to_plain
+from layouts.inflate import MAX_VLEN_CHUNK_BYTES, blosc_sizes, inflate, unblosc
 from layouts.model import ChunkIndex, ElementType, VlenKind, chunk_grid, in_chunk_grid
 from mountd.errors import Corrupt, MountError, NotFound
 from mountd.io.store import Store, get_many
@@ -60,7 +65,7 @@ T = TypeVar("T")
 THREAD_THRESHOLD = 64 * 1024
 #: Limits concurrent chunk decoding across all datasets.
 DECODE_LIMITER = trio.CapacityLimiter(2)
-#: Largest chunk (decoded bytes) accepted; bigger headers are treated as corrupt.
+#: Largest stored chunk object (or HDF5 chunk of a linked dataset) accepted, in bytes.
 MAX_CHUNK_BYTES = (1 << 31) - 1
 
 _NOOP = {"H5Z_FILTER_NONE", "H5Z_FILTER_FLETCHER32", "H5Z_FILTER_NBIT",
@@ -73,7 +78,6 @@ _CLASS_BY_ID = {0: "H5Z_FILTER_NONE", 1: "H5Z_FILTER_DEFLATE", 2: "H5Z_FILTER_SH
                 32004: "H5Z_FILTER_LZ4", 32005: "H5Z_FILTER_LZ4HC",
                 32008: "H5Z_FILTER_BITSHUFFLE", 32015: "H5Z_FILTER_ZSTD"}
 _KNOWN_CLASSES = frozenset(_CLASS_BY_ID.values())
-_BLOSC_HEADER = struct.Struct("<BBBBIII")
 _ITEM_COUNT = struct.Struct("<I")
 
 
@@ -164,39 +168,49 @@ class ChunkSpec:
 # --------------------------------------------------------------------------- decoding
 
 
-def _blosc_sizes(data: bytes) -> tuple[int, int] | None:
-    """(nbytes, cbytes) if ``data`` starts like a Blosc frame with typesize > 0."""
-    if len(data) < _BLOSC_HEADER.size:
-        return None
-    version, _, _, typesize, nbytes, _, cbytes = _BLOSC_HEADER.unpack_from(data)
-    if not 1 <= version <= 5 or typesize == 0:
-        return None
-    return nbytes, cbytes
+def _bitshuffle_limit(spec: ChunkSpec) -> int:
+    """The most bytes a bitshuffle-LZ4 stream of a chunk of ``spec`` may have: the
+    12-byte header, then per block of at least 8 elements its 4-byte size and LZ4's
+    worst case for it (n + n/255 + 16), doubled to spare."""
+    return 12 + 2 * (spec.nbytes or 0) + 40 * (spec.elements // 8 + 1)
 
 
-def _decompress(raw: bytes, plan: FilterPlan, expected: int | None,
-                key: str) -> tuple[bytes, str]:
-    """Undo the compressor: (bytes, "blosc" | "zlib" | "raw")."""
+def _limit(plan: FilterPlan, spec: ChunkSpec) -> int:
+    """The most bytes the compressor of a chunk of ``spec`` may produce: the chunk's
+    size, more for a bitshuffle stream, ``MAX_VLEN_CHUNK_BYTES`` for variable-length
+    elements (whose serialized size no metadata states)."""
+    if spec.nbytes is None:
+        return MAX_VLEN_CHUNK_BYTES
+    if plan.bitshuffle:
+        return max(spec.nbytes, _bitshuffle_limit(spec))
+    return spec.nbytes
+
+
+def _decompress(raw: bytes, spec: ChunkSpec, key: str) -> tuple[bytes, str]:
+    """Undo the compressor: (bytes, "blosc" | "zlib" | "raw"), never more than
+    ``_limit`` bytes."""
+    plan = spec.plan
+    expected = spec.nbytes
     if not plan.compressed:
         return raw, "raw"
-    sizes = _blosc_sizes(raw)
-    if sizes is not None:
-        nbytes, cbytes = sizes
+    limit = _limit(plan, spec)
+    sizes = blosc_sizes(raw)
+    if sizes is not None and 1 <= sizes[0] <= 5:
+        _, nbytes, cbytes = sizes
         if cbytes != len(raw):
             raise Corrupt(key, f"Blosc frame says {cbytes} bytes but the object has {len(raw)}")
-        if nbytes > MAX_CHUNK_BYTES or (
-                expected is not None and not plan.bitshuffle and nbytes != expected):
+        if nbytes > limit:
+            raise Corrupt(key, f"Blosc frame holds {nbytes} bytes, more than the chunk's "
+                               f"{limit}")
+        if expected is not None and not plan.bitshuffle and nbytes != expected:
             raise Corrupt(key, f"Blosc frame holds {nbytes} bytes, chunk needs {expected}")
-        try:
-            return bytes(numcodecs.blosc.decompress(raw)), "blosc"
-        except (RuntimeError, ValueError, TypeError) as exc:
-            raise Corrupt(key, f"Blosc decompression failed: {exc}") from exc
+        return unblosc(raw, limit, key), "blosc"
     if plan.deflate:
         try:
-            return zlib.decompress(raw), "zlib"
-        except zlib.error as exc:
+            return inflate(raw, limit, key, sized=expected is not None), "zlib"
+        except Corrupt:
             if expected is None or len(raw) != expected:
-                raise Corrupt(key, f"zlib decompression failed: {exc}") from exc
+                raise
     if expected is not None and len(raw) != expected:
         raise Corrupt(key, f"compressed chunk of {len(raw)} bytes is not a Blosc or zlib stream")
     return raw, "raw"
@@ -285,7 +299,7 @@ def decode_chunk(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
     if plan.unknown:
         raise Corrupt(key, f"unsupported filter {plan.unknown}")
     expected = spec.nbytes
-    data, how = _decompress(raw, plan, expected, key)
+    data, how = _decompress(raw, spec, key)
     if expected is None:
         try:
             return _encode_vlen(data, spec)

@@ -17,6 +17,11 @@ What HSDS 1.0.2 does, and so what is done here (``h5json/dset_util.py``
   the locations are rows of a chunk table dataset; with ``hyper_dims`` one
   HSDS chunk is a block of HDF5 chunks.
 
+Decoding is bounded (``layouts.h5filters``): no HDF5 chunk decodes to more
+than its size, and one whose stored size is beyond ``h5filters.stored_limit``
+of that is refused before it is read, so a location stating gigabytes does
+not make the reader fetch them.
+
 A chunk whose entries are absent or have size 0 is not stored (``read`` gives
 None: the fill value). Chunks are returned full-size; elements outside the
 dataset, or of an absent HDF5 chunk inside a hyper chunk, hold the fill value.
@@ -44,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from layouts.h5filters import Pipeline, decode, pipeline
+from layouts.h5filters import Pipeline, decode, pipeline, stored_limit
 from layouts.hsds_chunks import decode_sized
 from layouts.hsds_locations import ChunkMap, ChunkTable, LoadTable, Locator, Piece, location
 from layouts.hsds_types import FormatError
@@ -310,6 +315,11 @@ class ChunkedRefStore:
         pieces = await self._locator.pieces(index)
         if not pieces:
             return None
+        nbytes = math.prod(self._locator.piece_shape) * spec.itemsize
+        for piece in pieces:
+            if piece.size > stored_limit(nbytes):
+                raise Corrupt(piece.name, f"stored chunk of {piece.size} bytes, too large "
+                                          f"for a {nbytes}-byte chunk")
         raws = await self._files.read_pieces(pieces)
         return await decode_sized(sum(map(len, raws)) + spec.nbytes, _assemble, spec,
                                       self._locator.piece_shape, pieces, raws,

@@ -26,6 +26,14 @@ codec is not an error of the metadata: ``Codecs.problem`` says why chunks
 cannot be read, and only chunk reads fail. A fletcher32 checksum that does
 not match, or any codec failure, raises ``Corrupt`` naming the chunk's key.
 
+No codec may produce more than the chunk can hold (``decode_bytes``): its
+size for fixed-size kinds, ``layouts.inflate.MAX_VLEN_CHUNK_BYTES`` for the
+others, whose encoded size nothing states. Compressors are undone by
+``layouts.inflate`` (bounded), not by numcodecs' unbounded ``decode``; the
+item count of ``vlen-*`` data is checked before numcodecs allocates for it.
+Residual risk: a ``json2`` chunk within that cap is parsed by ``json.loads``,
+whose Python objects can take several times the text's size.
+
 Pure synchronous code; codec instances are stateless for decoding, so a
 ``ChunkSpec`` may be used from any trio task or worker thread at once.
 """
@@ -36,6 +44,7 @@ import enum
 import json
 import math
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +54,7 @@ import numpy as np
 from numcodecs.abc import Codec
 
 from layouts.hsds_types import FormatError
-from layouts.inflate import fast_inflate
+from layouts.inflate import MAX_VLEN_CHUNK_BYTES, gunzip, inflate, unblosc, unlz4, unzstd
 from layouts.lindi_types import nested_items, reference_path
 from mountd.errors import Corrupt
 
@@ -55,6 +64,10 @@ BYTE_CODECS = frozenset({"blosc", "zlib", "gzip", "zstd", "lz4", "shuffle", "fle
 OBJECT_CODECS = frozenset({"json2", "vlen-utf8", "vlen-bytes", "vlen-array"})
 
 _VLEN_UTF8 = numcodecs.VLenUTF8()
+#: Bytes a numcodecs ``fletcher32`` checksum adds.
+FLETCHER32_SIZE = 4
+#: numcodecs ``vlen-*`` data starts with its item count, a little-endian uint32.
+_ITEM_COUNT = struct.Struct("<I")
 #: A JSON object that is a LINDI reference: a bare quote only occurs outside strings.
 _REFERENCE_RE = re.compile(rb'\{\s*"_REFERENCE"\s*:')
 
@@ -151,22 +164,54 @@ def _as_bytes(data: Any) -> bytes:
     return bytes(data)
 
 
+def _stage_limits(pipeline: Codecs, limit: int) -> list[int]:
+    """The most bytes each byte codec's decoding may produce when the last one's may
+    produce ``limit``: a Fletcher32 still to be undone adds its 4 bytes."""
+    limits = []
+    extra = 0
+    for codec in reversed(pipeline.byte_codecs):
+        limits.append(limit + extra)
+        if codec.codec_id == "fletcher32":
+            extra += FLETCHER32_SIZE
+    return limits[::-1]
+
+
+def _decode_one(codec: Codec, data: bytes, limit: int, sized: bool, key: str) -> bytes:
+    """Undo one byte codec, never producing more than ``limit`` bytes (``sized``: the
+    output should be exactly that long). Raises Corrupt."""
+    cid = codec.codec_id
+    if cid == "zlib":
+        return inflate(data, limit, key, sized=sized)
+    if cid == "gzip":
+        return gunzip(data, limit, key)
+    if cid == "blosc":
+        return unblosc(data, limit, key)
+    if cid == "zstd":
+        return unzstd(data, limit, key)
+    if cid == "lz4":
+        return unlz4(data, limit, key)
+    try:  # shuffle and fletcher32 never make more bytes than they are given
+        return _as_bytes(codec.decode(data))
+    except Exception as exc:  # numcodecs raises RuntimeError, ValueError, TypeError...
+        if cid == "fletcher32":
+            raise Corrupt(key, f"fletcher32 checksum does not match: {exc}") from exc
+        raise Corrupt(key, f"{cid} decoding failed: {exc}") from exc
+
+
 def decode_bytes(raw: bytes, pipeline: Codecs, key: str, limit: int | None = None) -> bytes:
-    """Undo the byte codecs of a stored chunk. Raises Corrupt. ``limit``, when the
-    chunk's decoded size is known, lets zlib streams be inflated by libdeflate."""
+    """Undo the byte codecs of a stored chunk. Raises Corrupt.
+
+    ``limit`` is the chunk's decoded size when it is known (fixed-size elements);
+    otherwise ``MAX_VLEN_CHUNK_BYTES`` caps it. No codec is let produce more than
+    that (plus the checksums still to strip): ``layouts.inflate`` refuses a Blosc,
+    zstd or LZ4 header stating more before anything is allocated, and stops a
+    zlib or gzip stream one byte past it.
+    """
+    sized = limit is not None
+    cap = MAX_VLEN_CHUNK_BYTES if limit is None else limit
     data = raw
-    for codec in pipeline.byte_codecs:
-        if limit and codec.codec_id == "zlib":
-            fast = fast_inflate(data, limit)
-            if fast is not None:
-                data = fast
-                continue
-        try:
-            data = _as_bytes(codec.decode(data))
-        except Exception as exc:  # numcodecs raises RuntimeError, ValueError, TypeError...
-            if codec.codec_id == "fletcher32":
-                raise Corrupt(key, f"fletcher32 checksum does not match: {exc}") from exc
-            raise Corrupt(key, f"{codec.codec_id} decoding failed: {exc}") from exc
+    for codec, stage in zip(pipeline.byte_codecs, _stage_limits(pipeline, cap), strict=True):
+        data = _decode_one(codec, data, stage, sized, key)
     return data
 
 
@@ -244,6 +289,13 @@ def _raw(data: bytes, spec: ChunkSpec, key: str) -> bytes:
 def _vlen(data: bytes, spec: ChunkSpec) -> bytes:
     codec = spec.codecs.object_codec
     assert codec is not None
+    # numcodecs allocates an object array of the stated count before reading a
+    # single item: 4 GiB of item count would be 32 GiB of pointers.
+    if len(data) < _ITEM_COUNT.size:
+        raise FormatError("too short for a vlen item count")
+    (count,) = _ITEM_COUNT.unpack_from(data)
+    if count != spec.elements:
+        raise FormatError(f"{count} items in a chunk of {spec.elements}")
     items = np.asarray(codec.decode(data), dtype=object).reshape(-1)
     if items.size != spec.elements:
         raise FormatError(f"{items.size} items in a chunk of {spec.elements}")
@@ -254,7 +306,8 @@ def decode_chunk(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
     """A stored chunk as chunk-file bytes (MOUNT-SPEC.md). Raises Corrupt."""
     if spec.codecs.problem:
         raise Corrupt(key, spec.codecs.problem)
-    limit = spec.elements * spec.stored.itemsize if spec.kind is Kind.RAW else None
+    limit = spec.elements * spec.stored.itemsize if spec.kind in (Kind.RAW, Kind.TEXT) \
+        else None
     data = decode_bytes(raw, spec.codecs, key, limit)
     if spec.kind is Kind.RAW:
         return _raw(data, spec, key)

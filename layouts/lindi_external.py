@@ -21,6 +21,16 @@ How a dataset is read is planned once, from h5py's view of it:
   types): h5py reads each chunk's region itself, serially, and the result is
   padded to the full chunk with the fill value.
 
+Decompression is bounded on every path. The linked stores decode with
+``layouts.h5filters`` (capped at the chunk's size). libhdf5 is not capped (its
+deflate filter grows its buffer until the stream ends), so before h5py reads
+a region of a filtered dataset, each stored HDF5 chunk it touches is read and
+checked by ``h5filters.check_for_hdf5`` against that chunk's size in the
+file; a bomb is ``Corrupt`` for that chunk only. Residual risks, in libhdf5:
+an lzf chunk within its stated sizes (up to about 88 times its stored size),
+filters unknown to ``h5filters`` (plugins), and the global heap objects of
+variable-length elements, whose stated lengths h5py allocates.
+
 Concurrency: any number of trio tasks may read. Opening a file and planning
 a dataset are single-flight (a ``trio.Lock`` each); the results are kept for
 the mount's life. h5py calls are serialised by h5py's own lock.
@@ -29,6 +39,7 @@ the mount's life. h5py calls are serialised by h5py's own lock.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
@@ -40,7 +51,7 @@ import numcodecs
 import numpy as np
 import trio
 
-from layouts.h5filters import pipeline
+from layouts.h5filters import check_for_hdf5, pipeline, stored_limit
 from layouts.hsds_linked import (
     ChunkedRefStore,
     ContiguousRefStore,
@@ -221,11 +232,13 @@ class ExternalArrayStore:
             entries[_chunk_key(index)] = [info.byte_offset, info.size]
         if chunks != spec.chunks:
             # Other grids: a .zarray chunk is stored if any HDF5 chunk overlaps it.
-            stored = frozenset(
-                tuple(o * h // c for o, h, c in zip(map(int, key.split("_")), chunks,
-                                                    spec.chunks, strict=True))
-                for key in entries)
-            return _Plan(stored, None)
+            stored: set[ChunkIndex] = set()
+            for key in entries:
+                spans = [range(o * h // c, (min((o + 1) * h, n) - 1) // c + 1)
+                         for o, h, c, n in zip(map(int, key.split("_")), chunks, spec.chunks,
+                                               spec.shape, strict=True)]
+                stored.update(itertools.product(*spans))
+            return _Plan(frozenset(stored), None)
         stored = frozenset(tuple(map(int, key.split("_"))) for key in entries)
         if masked or pipe.unknown or ds.dtype.kind in "O" or \
                 ds.dtype.itemsize != spec.dtype.itemsize:
@@ -258,13 +271,44 @@ class ExternalArrayStore:
         except (OSError, ValueError, TypeError) as exc:
             raise Corrupt(self._what, f"h5py cannot read chunk {list(index)}: {exc}") from exc
 
+    def _check_filtered(self, ds: h5py.Dataset, region: tuple[slice, ...]) -> None:
+        """Before libhdf5 undoes the filters of the stored chunks ``region`` touches,
+        check each with ``check_for_hdf5`` (worker thread; reads go to the trio loop).
+        Raises Corrupt naming the chunk's bytes (``url@offset``)."""
+        if ds.chunks is None:
+            return
+        dsid = ds.id
+        plist = dsid.get_create_plist()
+        filters = [plist.get_filter(i) for i in range(plist.get_nfilters())]
+        if not filters:
+            return
+        chunks = tuple(ds.chunks)
+        nbytes = math.prod(chunks) * _file_itemsize(ds)
+        starts = [range(part.start // c * c, part.stop, c)
+                  for part, c in zip(region, chunks, strict=True)]
+        for offset in itertools.product(*starts):
+            info = dsid.get_chunk_info_by_coord(offset)
+            if info.byte_offset is None or not info.size:
+                continue
+            key = f"{self._file.url}@{info.byte_offset}"
+            if info.size > stored_limit(nbytes):
+                raise Corrupt(key, f"stored chunk of {info.size} bytes, too large for a "
+                                   f"{nbytes}-byte chunk")
+            raw = trio.from_thread.run(self._file.files.read, self._file.url,
+                                       info.byte_offset, info.size)
+            active = [(code, values) for bit, (code, _flags, values, _name) in enumerate(filters)
+                      if not info.filter_mask >> bit & 1]
+            check_for_hdf5(raw, active, nbytes, key)
+
     def _read_region(self, h5: h5py.File, index: ChunkIndex) -> bytes:
         """One chunk read by h5py (worker thread), padded with the fill value;
         variable-length types encoded with their numcodecs codec."""
         spec = self._shape
         region = tuple(slice(i * c, min((i + 1) * c, n))
                        for i, c, n in zip(index, spec.chunks, spec.shape, strict=True))
-        data = np.asarray(h5[self._name][region])
+        ds = h5[self._name]
+        self._check_filtered(ds, region)
+        data = np.asarray(ds[region])
         inside = tuple(slice(0, s) for s in data.shape)
         if spec.vlen is not None:
             block = np.full(spec.chunks, None, dtype=object)
@@ -277,6 +321,14 @@ class ExternalArrayStore:
         block[...] = np.frombuffer(spec.fill, dtype=spec.dtype)[0]
         block[inside] = data
         return block.tobytes()
+
+
+def _file_itemsize(ds: h5py.Dataset) -> int:
+    """An upper bound on the bytes one element of ``ds`` takes in the file: its
+    type's size, or for types with variable-length parts (16 bytes each in the file:
+    length, heap address, index; h5py's type counts 8 or 16) twice that plus 16."""
+    size = int(ds.id.get_type().get_size())
+    return 2 * size + 16 if ds.dtype.hasobject else size
 
 
 def _encode_vlen(items: np.ndarray, vlen: VlenKind, what: str) -> bytes:
