@@ -108,6 +108,17 @@ class ElementType:
         return self.vlen is None
 
     @property
+    def base_and_dims(self) -> tuple[np.dtype[Any], tuple[int, ...]]:
+        """A sub-array element type as its base type and dims (nested ones
+        flattened, outer dims first: NumPy keeps an array of arrays nested);
+        any other type is itself with no dims."""
+        dtype, dims = self.dtype, ()
+        while dtype.subdtype is not None:
+            dtype, sub = dtype.subdtype
+            dims += sub
+        return dtype, dims
+
+    @property
     def itemsize(self) -> int:
         """Bytes per element in a chunk file (fixed-size types only)."""
         if self.vlen is not None:
@@ -247,6 +258,9 @@ class Dataset(H5Object):
         """One element of the fill value as chunk-file bytes (fixed-size types)."""
         if self.fill_value is None:
             return bytes(self.type.itemsize)
+        base, dims = self.type.base_and_dims
+        if dims:  # a sub-array fill holds one value per item, not one per element
+            return np.broadcast_to(np.asarray(self.fill_value, dtype=base), dims).tobytes()
         return np.asarray(self.fill_value, dtype=self.type.dtype).tobytes()
 
     async def read_chunk(self, index: ChunkIndex) -> bytes | None:

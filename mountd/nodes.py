@@ -22,9 +22,9 @@ import enum
 import itertools
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import trio
 
@@ -71,6 +71,11 @@ class Node(ABC):
     async def xattrs(self) -> dict[str, bytes]:
         """Extended attributes, by full name (``user.h5.id``)."""
         return {}
+
+    async def domain_info(self) -> Mapping[str, Any] | None:
+        """The metadata (owner, ACLs...) of the HSDS domain or folder this
+        entry shows or belongs to, for ``-o hsds_acls``; None outside any."""
+        return None
 
 
 async def listed_stat(node: Node) -> Stat:

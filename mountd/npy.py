@@ -48,6 +48,7 @@ from mountd.chunkahead import AHEAD_CHUNKS, chunk_unit
 from mountd.errors import MountError, StorageError
 from mountd.io.readahead import START, ReadaheadWindow
 from mountd.nodes import FileHandle, FileNode, NodeType, Stat
+from mountd.tree import InDomain
 
 if TYPE_CHECKING:
     from mountd.tree import ObjPath, Tree
@@ -57,12 +58,8 @@ Box = tuple[tuple[int, ...], tuple[int, ...]]  # (start, stop) per dimension
 
 def npy_dtype_shape(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
     """The dtype and shape the ``.npy`` declares (sub-array types widen the shape)."""
-    dtype = ds.type.dtype
-    shape = ds.shape or ()
-    if dtype.subdtype is not None:
-        base, sub = dtype.subdtype
-        return base, shape + sub
-    return dtype, shape
+    base, dims = ds.type.base_and_dims
+    return base, (ds.shape or ()) + dims
 
 
 def npy_header(ds: Dataset) -> bytes:
@@ -160,7 +157,7 @@ class NpyView:
         return NpyFile(tree, op)
 
 
-class NpyFile(FileNode):
+class NpyFile(InDomain, FileNode):
     def __init__(self, tree: Tree, op: ObjPath) -> None:
         self.tree = tree
         self.op = op

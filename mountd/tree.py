@@ -35,9 +35,9 @@ import posixpath
 import re
 import time
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -492,6 +492,16 @@ def _times(obj: AnyObject | Domain | None, tree: Tree) -> tuple[float, float]:
     return float(modified), float(created)
 
 
+class InDomain:
+    """Mixed into the nodes of one domain's objects: the domain's metadata
+    (its ACLs) applies to them."""
+
+    op: ObjPath
+
+    async def domain_info(self) -> Mapping[str, Any] | None:
+        return self.op.domain.info
+
+
 class SnapshotDir(DirNode):
     """A directory whose listing is computed whole by ``listing()``."""
 
@@ -524,6 +534,13 @@ class FolderDir(SnapshotDir):
         domain = await self.tree.catalog.domain(self.path) if self.path else None
         mtime, ctime = _times(domain, self.tree)
         return Stat(NodeType.DIR, mtime=mtime, ctime=ctime)
+
+    async def domain_info(self) -> Mapping[str, Any] | None:
+        """The folder's own ``.domain.json`` metadata (None for the top)."""
+        if not self.path:
+            return None
+        domain = await self.tree.catalog.domain(self.path)
+        return None if domain is None else domain.info
 
     async def listing(self) -> list[Row]:
         names = await self.tree.catalog.list_folder(self.path)
@@ -566,7 +583,7 @@ class FolderDir(SnapshotDir):
         raise NotFound(name)
 
 
-class ObjectDir(DirNode):
+class ObjectDir(InDomain, DirNode):
     """The directory of an HDF5 object (a committed datatype's is empty)."""
 
     def __init__(self, tree: Tree, op: ObjPath) -> None:
@@ -875,13 +892,15 @@ class DatasetDir(ObjectDir):
         for name, node in self._own_files(ds).items():
             yield Row(name, node)
         chunk_stat = chunk_file_stat(self.tree, ds)
+        suffix = zarrmeta.chunk_name_suffix(ds)
         loading = self.tree.loading.get(self.op.key)
         if loading is not None:  # being listed ahead right now: wait for it
             await loading.wait()
         known = self._known_chunks(ds)
         if known is not None:
             for index in known:
-                yield Row(chunk_name(index), ChunkFile(self.tree, self.op, index), chunk_stat)
+                yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
+                          chunk_stat)
             return
         seen: list[ChunkIndex] | None = []
         stored = ds.store.iter_stored()
@@ -893,7 +912,8 @@ class DatasetDir(ObjectDir):
                     seen.append(index)
                     if len(seen) > SMALL_LISTING:
                         seen = None
-                yield Row(chunk_name(index), ChunkFile(self.tree, self.op, index), chunk_stat)
+                yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
+                          chunk_stat)
         finally:
             await _close(stored)
         if seen is not None:
@@ -940,7 +960,10 @@ class DatasetDir(ObjectDir):
         own = self._own_files(ds).get(name)
         if own is not None:
             return own
-        index = parse_chunk_name(name)
+        suffix = zarrmeta.chunk_name_suffix(ds)
+        if not name.endswith(suffix):
+            raise NotFound(name)
+        index = parse_chunk_name(name[:len(name) - len(suffix)])
         if index is None or not ds.in_grid(index):
             raise NotFound(name)
         known = self._known_chunks(ds)
@@ -985,7 +1008,7 @@ class Symlink(SymlinkNode):
 MetaRender = Callable[["Tree", ObjPath, AnyObject], Awaitable[bytes]]
 
 
-class MetaFile(FileNode):
+class MetaFile(InDomain, FileNode):
     """A small file rendered from one object's metadata (``P.json``, ``.zattrs``...).
 
     Its size is exact: ``stat`` renders the content from the cached object,
@@ -1062,7 +1085,7 @@ def chunk_file_stat(tree: Tree, ds: Dataset) -> Stat:
     return Stat(NodeType.FILE, size=ds.chunk_nbytes, mtime=mtime, ctime=ctime)
 
 
-class ChunkFile(FileNode):
+class ChunkFile(InDomain, FileNode):
     """One decoded chunk of a dataset."""
 
     def __init__(self, tree: Tree, op: ObjPath, index: ChunkIndex) -> None:
