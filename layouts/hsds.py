@@ -10,6 +10,17 @@ stays in an HDF5 file (``hsload --link``); ids and keys by ``layouts.hsds_ids``.
 Every failure leaves as ``NotFound`` (nothing there), ``Corrupt`` (stored bytes
 that are not valid HSDS, naming the key) or ``StorageError`` from the store.
 
+Metadata from a bucket someone else controls is held to bounds, so one hostile
+object gives ``Corrupt`` for itself alone and nothing built from it can exhaust
+memory or the stack later: every JSON object is read capped at
+``max_metadata`` bytes (``store.get_capped``); ranks, element sizes, element
+and byte counts are bounded (``MAX_RANK``, ``hsds_types.MAX_ITEM_BYTES``,
+``MAX_ELEMENTS``, ``MAX_CHUNK_ELEMENTS``, ``MAX_DATASET_BYTES``); JSON kept as
+stored (``domain`` info, a dataset's type, filters and layout) is checked by
+``hsds_types.check_json``. A link whose name no file name can show (empty,
+holding ``/``, not valid Unicode; see ``link_name_problem``) or whose JSON is
+malformed is left out of its group, logged once per group.
+
 Concurrency: ``HsdsCatalog`` keeps no mutable state, so any number of trio
 tasks may call it at once. Metadata JSON is small and parsed inline. The
 ``open_uri`` resolver it is given is called from trio tasks and must not block.
@@ -26,11 +37,14 @@ from layouts import hsds_ids
 from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
 from layouts.hsds_linked import OpenUri, linked_chunks, linked_store
 from layouts.hsds_types import (
+    MAX_RANK,
     MAX_TYPE_DEPTH,
     FormatError,
     attribute_value,
+    check_json,
     fill_value,
     parsed_type,
+    valid_text,
 )
 from layouts.model import (
     AnyObject,
@@ -46,8 +60,8 @@ from layouts.model import (
     ObjectKind,
 )
 from mountd import jsonvalue
-from mountd.errors import Corrupt, MountError, NotFound
-from mountd.io.store import Store, get_many
+from mountd.errors import Corrupt, MountError, NotFound, report_once
+from mountd.io.store import DEFAULT_MAX_METADATA, Store, get_capped, get_many
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +72,13 @@ LINKED_LAYOUTS = ("H5D_CONTIGUOUS_REF", "H5D_CHUNKED_REF", "H5D_CHUNKED_REF_INDI
 MAX_ELEMENTS = (1 << 63) - 1
 #: Largest chunk, in elements, accepted from a layout.
 MAX_CHUNK_ELEMENTS = (1 << 31) - 1
+#: Largest dataset, in bytes of fixed-size elements: its ``.npy`` file size
+#: (header included) must fit a signed 64-bit file offset.
+MAX_DATASET_BYTES = 1 << 62
+#: Times further from 1970 than this many seconds (about 31,000 years) are not times.
+MAX_TIME = 1e12
+#: Malformed links named in the one log line of a group that has them.
+LOGGED_BAD_LINKS = 3
 #: How many top-level prefixes ``probe`` checks for a ``.domain.json``.
 PROBE_PREFIXES = 64
 
@@ -76,9 +97,30 @@ def _prefix(path: str) -> str:
 
 
 def _time(value: Any) -> float | None:
+    """A stored time as seconds, or None if it is not a number that can be one."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    if isinstance(value, int) and abs(value) >= MAX_TIME:
+        return None  # float() of a huge integer overflows
+    seconds = float(value)
+    return seconds if abs(seconds) < MAX_TIME else None  # NaN fails too
+
+
+def link_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be shown as a link's file name, or None if it can.
+
+    HDF5 itself allows none of these, but JSON can say them: an empty name
+    or one holding ``/`` makes the kernel refuse a whole directory listing,
+    and text that is not valid Unicode cannot be a file name at all. Other
+    names are shown escaped or cut by ``mountd.names``.
+    """
+    if not name:
+        return "a link name cannot be empty"
+    if "/" in name:
+        return "a link name cannot hold '/'"
+    if not valid_text(name):
+        return "a link name must be valid Unicode"
+    return None
 
 
 def _load_json(key: str, raw: bytes) -> dict[str, Any]:
@@ -128,13 +170,17 @@ class HsdsCatalog:
     domain; it is kept without slashes at either end. ``open_uri`` opens the
     HDF5 files that linked datasets name (``layouts.hsds_linked.OpenUri``);
     without it their chunks cannot be read, while their metadata still can.
+    ``max_metadata`` is the largest JSON object read, in bytes (``Corrupt``
+    beyond it).
     """
 
     def __init__(self, store: Store, single_domain: str | None = None,
-                 open_uri: OpenUri | None = None) -> None:
+                 open_uri: OpenUri | None = None,
+                 max_metadata: int = DEFAULT_MAX_METADATA) -> None:
         self._store = store
         self._open_uri = open_uri
         self._single = _clean_path(single_domain) if single_domain is not None else None
+        self._max_metadata = max_metadata
 
     probe = staticmethod(probe)
 
@@ -163,7 +209,7 @@ class HsdsCatalog:
         path = _clean_path(path)
         key = f"{path}/{DOMAIN_FILE}" if path else DOMAIN_FILE
         try:
-            raw = await self._store.get(key)
+            raw = await get_capped(self._store, key, self._max_metadata)
         except NotFound:
             raw = b""
         if not raw:
@@ -181,6 +227,10 @@ class HsdsCatalog:
                 raise Corrupt(key, f"root is not a group id: {root!r}")
             root = root_id.id
         info = {k: v for k, v in doc.items() if k != "root"}
+        try:
+            check_json(info, "domain")
+        except FormatError as exc:
+            raise Corrupt(key, str(exc)) from exc
         return Domain(path=path, root_id=root, created=_time(doc.get("created")),
                       modified=_time(doc.get("lastModified")), info=info)
 
@@ -210,8 +260,8 @@ class HsdsCatalog:
             except MountError as exc:
                 hids.append(exc)
         found = [(hid, hid.json_key()) for hid in hids if not isinstance(hid, MountError)]
-        raws = iter(zip(found, await get_many(self._store, [key for _, key in found]),
-                        strict=True))
+        raws = iter(zip(found, await get_many(self._store, [key for _, key in found],
+                                              self._max_metadata), strict=True))
         out: list[AnyObject | MountError] = []
         for item in hids:
             if isinstance(item, MountError):
@@ -237,55 +287,67 @@ class HsdsCatalog:
             raise Corrupt(key, f"holds object {doc.get('id')!r}, not {hid.id}")
         try:
             if hid.prefix == "g":
-                return self._group(hid, doc)
+                return self._group(hid, key, doc)
             if hid.prefix == "t":
                 tj = doc.get("type")
+                check_json(tj, "type")
                 return Datatype(id=hid.id, attrs=self._attrs(doc),
                                 created=_time(doc.get("created")),
                                 modified=_time(doc.get("lastModified")),
                                 type=parsed_type(tj)[1])
             return await self._dataset(hid, key, doc)
-        except (FormatError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        except (FormatError, KeyError, TypeError, ValueError, OverflowError,
+                RecursionError) as exc:
             raise Corrupt(key, str(exc) or type(exc).__name__) from exc
 
     async def _read_json(self, key: str) -> dict[str, Any]:
-        return _object_json(key, await self._store.get(key))
+        return _object_json(key, await get_capped(self._store, key, self._max_metadata))
 
-    def _group(self, hid: hsds_ids.HsdsId, doc: Mapping[str, Any]) -> Group:
+    def _group(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any]) -> Group:
         raw_links = doc.get("links", {})
         if not isinstance(raw_links, Mapping):
             raise FormatError("links must be an object")
         links: dict[str, Link] = {}
+        bad: list[str] = []
         for name, item in raw_links.items():
-            link = self._link(item)
+            problem = link_name_problem(name)
+            link = None if problem is not None else self._link(item)
             if link is None:
-                log.warning("skipping malformed link %r in %s: %r", name, hid.id, item)
+                bad.append(f"{name!r:.80} ({problem or 'malformed: ' + repr(item)[:80]})")
                 continue
             links[name] = link
+        if bad:
+            report_once(Corrupt(f"{key} (links)", f"{len(bad)} of the links of {hid.id} "
+                                f"are left out: {', '.join(bad[:LOGGED_BAD_LINKS])}"))
         return Group(id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),
                      modified=_time(doc.get("lastModified")), links=links)
 
     @staticmethod
     def _link(item: Any) -> Link | None:
-        if not isinstance(item, Mapping):
+        """The link one ``links`` entry stores, or None if it is malformed."""
+        if type(item) is not dict:
             return None
-        kind = _LINK_KINDS.get(item.get("class"))
+        cls = item.get("class")
+        kind = _LINK_KINDS.get(cls) if type(cls) is str else None
         if kind is LinkKind.HARD:
             target = item.get("id")
-            if not isinstance(target, str):
+            if type(target) is not str or not valid_text(target):
                 return None
             try:
-                hid = hsds_ids.parse_id(hsds_ids.normalize_id(target))
+                obj_id = hsds_ids.normalize_id(target)
             except hsds_ids.BadId:
                 return Link(LinkKind.HARD, target)
-            return Link(LinkKind.HARD, hid.id, target_kind=hid.kind)
+            target_kind = hsds_ids.id_kind(obj_id)
+            if target_kind is None:
+                return Link(LinkKind.HARD, target)
+            return Link(LinkKind.HARD, obj_id, target_kind=target_kind)
         path = item.get("h5path")
-        if kind is None or not isinstance(path, str):
+        if kind is None or type(path) is not str or not valid_text(path):
             return None
         if kind is LinkKind.SOFT:
             return Link(LinkKind.SOFT, path)
         domain = item.get("h5domain", item.get("domain"))
-        if not isinstance(domain, str):
+        if type(domain) is not str or not valid_text(domain):
             return None
         return Link(LinkKind.EXTERNAL, path, domain=domain)
 
@@ -296,8 +358,10 @@ class HsdsCatalog:
             raise FormatError("attributes must be an object")
         out = []
         for name, item in raw.items():
+            if not valid_text(name):
+                raise FormatError(f"attribute name {name!r:.80} is not valid Unicode")
             if not isinstance(item, Mapping):
-                raise FormatError(f"attribute {name!r} is not an object")
+                raise FormatError(f"attribute {name!r:.80} is not an object")
             try:
                 htype, etype = parsed_type(item.get("type"))
                 shape = _shape(item.get("shape"))[0]
@@ -325,14 +389,17 @@ class HsdsCatalog:
 
     async def _dataset(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any]) -> Dataset:
         tj = await self._resolve_type(doc.get("type"))
+        check_json(tj, "type")
         htype, etype = parsed_type(tj)
         shape, maxshape = _shape(doc.get("shape"))
         cprops = doc.get("creationProperties") or {}
         if not isinstance(cprops, Mapping):
             raise FormatError("creationProperties must be an object")
         layout = _layout(doc, cprops)
-        chunks = _chunk_shape(shape, layout)
         filters = cprops.get("filters") or []
+        check_json(layout, "layout")
+        check_json(filters, "filters")
+        chunks = _chunk_shape(shape, layout)
         fill = fill_value(htype, cprops.get("fillValue"), cprops.get("fillValue_encoding"))
         store: ChunkStore
         cls = layout.get("class")
@@ -349,7 +416,7 @@ class HsdsCatalog:
                 raise FormatError(f"bad partition_count {partitions!r}")
             spec = ChunkSpec(htype=htype, etype=etype, chunks=chunks, plan=plan)
             store = HsdsChunkStore(self._store, hid, shape, spec, partitions)
-        _check_chunk_size(chunks, etype)
+        check_sizes(shape, chunks, etype)
         return Dataset(
             id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),
             modified=_time(doc.get("lastModified")), shape=shape, maxshape=maxshape,
@@ -375,6 +442,8 @@ class HsdsCatalog:
 def _dims(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise FormatError(f"{what} must be a list")
+    if len(value) > MAX_RANK:
+        raise FormatError(f"{what} has {len(value)} entries, more than {MAX_RANK}")
     dims = []
     for d in value:
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
@@ -445,9 +514,18 @@ def _chunk_shape(shape: tuple[int, ...] | None, layout: Mapping[str, Any]) -> tu
     return chunks
 
 
-def _check_chunk_size(chunks: tuple[int, ...], etype: ElementType) -> None:
+def check_sizes(shape: tuple[int, ...] | None, chunks: tuple[int, ...],
+                etype: ElementType) -> None:
+    """Raise ``FormatError`` for a chunk over ``MAX_CHUNK_ELEMENTS`` elements or
+    bytes, or a dataset over ``MAX_DATASET_BYTES`` (``MAX_ELEMENTS`` elements
+    of a variable-length type). Shared with the LINDI reader."""
     elements = math.prod(chunks)
     itemsize = etype.itemsize if etype.fixed_size else 1
     if elements > MAX_CHUNK_ELEMENTS or elements * itemsize > MAX_CHUNK_ELEMENTS:
         raise FormatError(f"chunk shape {list(chunks)} is too large")
+    total = math.prod(shape or ())
+    if total > MAX_ELEMENTS:
+        raise FormatError(f"shape {list(shape or ())} has too many elements")
+    if total * itemsize > MAX_DATASET_BYTES:
+        raise FormatError(f"shape {list(shape or ())} of {etype.dtype.str} items is too large")
 

@@ -91,14 +91,23 @@ def normalize_id(text: str) -> str:
 
 def parse_id(text: str) -> HsdsId:
     """Parse a schema v1 or v2 id (after ``normalize_id``); raise BadId otherwise."""
-    m = _V2_ID.match(text)
+    m = _V2_ID.fullmatch(text)
     if m:
         prefix, a, b, c, d, e = m.groups()
         return HsdsId(text, prefix, f"{a}-{b}", f"{c}-{d}-{e}")
-    m = _V1_ID.match(text)
+    m = _V1_ID.fullmatch(text)
     if m:
         return HsdsId(text, m.group(1))
     raise BadId(f"not an HSDS object id: {text!r}")
+
+
+def id_kind(text: str) -> ObjectKind | None:
+    """What kind of object the id ``text`` (after ``normalize_id``) names, or None
+    if it is not an id: ``parse_id`` without building an ``HsdsId``, for the
+    hard links of a group, which may be a million."""
+    if _V2_ID.fullmatch(text) or _V1_ID.fullmatch(text):
+        return _KINDS[text[0]]
+    return None
 
 
 def v1_key(obj_id: str) -> str:

@@ -16,6 +16,11 @@ any task or worker thread):
   *byte* count followed by the bytes; compound fields follow each other.
 * Value conversion to the model's JSON-like convention: ``attribute_value``
   (stored JSON or base64 attribute values), ``fill_value`` and ``to_plain``.
+* The bounds hostile metadata is held to, shared with the LINDI reader:
+  ``MAX_RANK`` dimensions, ``MAX_ITEM_BYTES`` per element, JSON nested at most
+  ``MAX_JSON_DEPTH`` deep and text that is valid Unicode (``check_json``,
+  ``valid_text``), so nothing built from metadata can exhaust memory or the
+  stack, or fail to encode, later.
 
 Errors in stored data raise ``FormatError``; callers turn it into ``Corrupt``
 with the storage key.
@@ -44,6 +49,14 @@ from layouts.model import ElementType, ObjectRef, VlenKind
 MAX_VLEN_BYTES = 1 << 30
 #: Deepest type nesting accepted (guards recursion on hostile JSON).
 MAX_TYPE_DEPTH = 32
+#: Most dimensions of a dataspace or array type (HDF5's H5S_MAX_RANK).
+MAX_RANK = 32
+#: Largest element of a fixed-size type, in bytes (a fill value is one element).
+MAX_ITEM_BYTES = 1 << 24
+#: Deepest nesting of metadata JSON that is kept and shown as it is stored
+#: (sidecars walk it recursively): room for ``MAX_TYPE_DEPTH`` levels of types,
+#: three JSON levels each.
+MAX_JSON_DEPTH = 128
 #: Distinct type JSONs whose parse ``parsed_type`` keeps (a domain has few).
 TYPE_CACHE = 1024
 
@@ -105,6 +118,56 @@ def _positive_int(value: Any, what: str) -> int:
     return value
 
 
+def _item_size(value: Any, what: str) -> int:
+    size = _positive_int(value, what)
+    if size > MAX_ITEM_BYTES:
+        raise FormatError(f"{what} {size} is more than {MAX_ITEM_BYTES} bytes")
+    return size
+
+
+def valid_text(text: str) -> bool:
+    """True if ``text`` is valid Unicode: JSON's ``\\ud800`` escapes give lone
+    surrogates, which no file name, xattr or strict JSON output can hold."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_json(value: Any, what: str) -> None:
+    """Raise ``FormatError`` if parsed JSON ``value`` nests deeper than
+    ``MAX_JSON_DEPTH`` or holds a key or string that is not ``valid_text``.
+
+    Iterative, so a hostile depth cannot exhaust the stack here; callers run
+    it on the JSON they keep as stored (sidecar ``hdf5`` and ``domain``
+    values, a reference file's ``.zattrs``), which is later walked recursively.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not valid_text(item):
+                raise FormatError(f"{what}: text that is not valid Unicode: {item!r:.80}")
+            continue
+        if kind is dict:
+            children: Any = item.values()
+            for key in item:
+                if not valid_text(key):
+                    raise FormatError(f"{what}: a key that is not valid Unicode: {key!r:.80}")
+        elif kind is list:
+            children = item
+        else:
+            continue
+        if level >= MAX_JSON_DEPTH:
+            raise FormatError(f"{what}: JSON nested more than {MAX_JSON_DEPTH} deep")
+        stack.extend((child, level + 1) for child in children
+                     if type(child) in (dict, list, str))
+
+
 def parse_type(tj: Any, _depth: int = 0) -> HType:
     """Parse HSDS type JSON (a dict, or a predefined name such as ``H5T_STD_I32LE``)."""
     if _depth > MAX_TYPE_DEPTH:
@@ -119,7 +182,10 @@ def parse_type(tj: Any, _depth: int = 0) -> HType:
         parser = _PARSERS[cls]
     except (KeyError, TypeError):
         raise FormatError(f"unsupported type class {cls!r}") from None
-    return parser(tj, _depth + 1)
+    t = parser(tj, _depth + 1)
+    if t.dtype is not None and t.dtype.itemsize > MAX_ITEM_BYTES:
+        raise FormatError(f"type of {t.dtype.itemsize} bytes, more than {MAX_ITEM_BYTES}")
+    return t
 
 
 def _parse_number(tj: Mapping[str, Any], depth: int) -> HType:
@@ -136,19 +202,19 @@ def _parse_string(tj: Mapping[str, Any], depth: int) -> HType:
     utf8 = charset == "H5T_CSET_UTF8"
     if length == "H5T_VARIABLE":
         return HType("vstr", None, utf8=utf8)
-    n = _positive_int(length, "string length")
+    n = _item_size(length, "string length")
     return HType("string", np.dtype(f"S{n}"), utf8=utf8)
 
 
 def _parse_opaque(tj: Mapping[str, Any], depth: int) -> HType:
-    return HType("opaque", np.dtype(f"V{_positive_int(tj.get('size'), 'opaque size')}"))
+    return HType("opaque", np.dtype(f"V{_item_size(tj.get('size'), 'opaque size')}"))
 
 
 def _parse_reference(tj: Mapping[str, Any], depth: int) -> HType:
     base = tj.get("base")
     if base == "H5T_STD_REF_OBJ":
         length = tj.get("length", 48)
-        return HType("ref", np.dtype(f"S{_positive_int(length, 'reference length')}"))
+        return HType("ref", np.dtype(f"S{_item_size(length, 'reference length')}"))
     if base == "H5T_STD_REF_DSETREG":
         return HType("regionref", None)
     raise FormatError(f"unknown reference base {base!r}")
@@ -187,9 +253,11 @@ def _parse_vlen(tj: Mapping[str, Any], depth: int) -> HType:
 def _parse_array(tj: Mapping[str, Any], depth: int) -> HType:
     raw = tj.get("dims")
     dims_list = [raw] if isinstance(raw, int) else raw
-    if not isinstance(dims_list, list) or not dims_list:
-        raise FormatError("array type needs dims")
+    if not isinstance(dims_list, list) or not dims_list or len(dims_list) > MAX_RANK:
+        raise FormatError(f"array type needs 1 to {MAX_RANK} dims")
     dims = tuple(_positive_int(d, "array dim") for d in dims_list)
+    if math.prod(dims) > MAX_ITEM_BYTES:
+        raise FormatError(f"array type of {list(dims)} has more than {MAX_ITEM_BYTES} items")
     base = parse_type(tj.get("base"), depth)
     dt = None if base.dtype is None else _make_dtype((base.dtype, dims))
     return HType("array", dt, base=base, dims=dims)
@@ -514,6 +582,8 @@ def json_to_plain(t: HType, value: Any, attr: bool) -> Any:
             return _decode_text(value)
         if not isinstance(value, str):
             raise FormatError(f"string value expected, got {value!r}")
+        if not valid_text(value):
+            raise FormatError(f"string value that is not valid Unicode: {value!r:.80}")
         return value
     if cls == "opaque":
         raw = _json_opaque(t, value)
@@ -663,8 +733,8 @@ def _subarray_fill(items: np.ndarray[Any, Any]) -> Any:
     base scalar broadcasts to exactly one element; otherwise the array of items
     is returned, which ``Dataset.fill_bytes`` cannot encode as one element.
     """
-    flat = items.reshape(-1)
-    first = flat[:1].tobytes()
-    if all(flat[i:i + 1].tobytes() == first for i in range(1, flat.size)):
+    flat = np.ascontiguousarray(items.reshape(-1))
+    rows = flat.view(np.uint8).reshape(flat.size, flat.dtype.itemsize)
+    if bool((rows == rows[0]).all()):
         return flat[0]
     return items

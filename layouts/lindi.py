@@ -31,6 +31,17 @@ Errors: ``NotFound`` for an id that names nothing; ``Corrupt`` naming the key
 for metadata that is not valid, on that object only; read errors of the
 storage (``StorageError``, ``Forbidden``) propagate unchanged.
 
+A reference file may be hostile, so its metadata is held to the HSDS reader's
+bounds (``hsds.check_sizes``, ``hsds_types.check_json``): a ``.zattrs`` or
+``.zarray`` is read capped at ``max_metadata`` bytes and nested at most
+``MAX_JSON_DEPTH`` deep, a ``.zarray`` has at most ``MAX_RANK`` dimensions.
+A child whose name no file name can show (``hsds.link_name_problem``: empty,
+from a key with ``//``; not valid Unicode) is left out of its group, logged
+once per group. The key index is built without recursion, and the paths of
+implicit groups it makes up are bounded by ``MAX_IMPLICIT_BYTES`` in all, so
+keys nested ever deeper without ``.zgroup`` cannot make it grow faster than
+the file.
+
 Concurrency: objects are built lazily and memoised; the memo is filled with
 no await between its check and its set (``dict.setdefault``), so any number
 of trio tasks may call the catalog and a race only builds an object twice.
@@ -42,17 +53,16 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from layouts.hsds import MAX_CHUNK_ELEMENTS, MAX_ELEMENTS
+from layouts.hsds import check_sizes, link_name_problem
 from layouts.hsds_chunks import decode_sized
 from layouts.hsds_linked import LinkedFiles, OpenUri
-from layouts.hsds_types import FormatError, element_type, parse_type
+from layouts.hsds_types import MAX_RANK, FormatError, check_json, element_type, parse_type
 from layouts.lindi_codecs import (
     ChunkSpec,
     Codecs,
@@ -62,7 +72,7 @@ from layouts.lindi_codecs import (
     decode_chunk,
     has_references,
 )
-from layouts.lindi_refs import Ref, RefFormatError, RefTable
+from layouts.lindi_refs import RangeRef, Ref, RefFormatError, RefTable
 from layouts.lindi_types import (
     REFERENCE_WIDTH,
     VLEN_ASCII_JSON,
@@ -82,7 +92,6 @@ from layouts.model import (
     ChunkStore,
     Dataset,
     Domain,
-    ElementType,
     Group,
     Link,
     LinkKind,
@@ -91,12 +100,17 @@ from layouts.model import (
     chunk_grid,
     in_chunk_grid,
 )
-from mountd.errors import Corrupt, NotFound, StorageError
-from mountd.io.store import ByteRange
+from mountd.errors import Corrupt, NotFound, StorageError, report_once
+from mountd.io.store import DEFAULT_MAX_METADATA, ByteRange, too_large
 
 log = logging.getLogger(__name__)
 
 ROOT_ID = "/"
+#: Most bytes of paths of implicit groups (prefixes with children but no
+#: ``.zgroup``) the key index makes up; keys that would need more are left out.
+MAX_IMPLICIT_BYTES = 64 << 20
+#: Children with unshowable names named in the one log line of their group.
+LOGGED_BAD_NAMES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +159,10 @@ def _load_json(key: str, raw: bytes) -> dict[str, Any]:
         raise Corrupt(key, f"not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise Corrupt(key, f"expected a JSON object, got {type(doc).__name__}")
+    try:
+        check_json(doc, key)
+    except FormatError as exc:
+        raise Corrupt(key, str(exc)) from exc
     return doc
 
 
@@ -158,9 +176,12 @@ class KeyIndex:
     in key order; ``chunks`` maps a dataset prefix to its chunk names
     (``0.0``, or ``0/0`` with the ``/`` separator) joined by newlines.
     ``ref_width`` is the reference width: 48 bytes, or the longest object path.
+    ``cut`` counts the objects left unreachable because their implicit
+    groups would pass ``MAX_IMPLICIT_BYTES``.
     """
 
-    __slots__ = ("children", "chunks", "datasets", "groups", "implicit", "ref_width")
+    __slots__ = ("_implicit_bytes", "children", "chunks", "cut", "datasets", "groups",
+                 "implicit", "ref_width")
 
     def __init__(self, keys: Iterable[str]) -> None:
         self.groups: set[str] = {""}
@@ -168,6 +189,8 @@ class KeyIndex:
         self.implicit: set[str] = set()
         self.children: dict[str, list[str]] = {}
         self.ref_width = REFERENCE_WIDTH
+        self.cut = 0
+        self._implicit_bytes = 0
         stored: dict[str, list[str]] = {}
         for key in keys:
             prefix, _, leaf = key.rpartition("/")
@@ -185,10 +208,16 @@ class KeyIndex:
             log.warning("the reference file's root is an array; only groups can be mounted")
             self.datasets.discard("")
         self.implicit -= self.groups | self.datasets
+        if self.cut:
+            log.warning("%d objects of the reference file are left out: their paths nest "
+                        "more than %d bytes of groups without .zgroup", self.cut,
+                        MAX_IMPLICIT_BYTES)
         self.chunks: dict[str, str] = {}
         for prefix, found in stored.items():
             owner = prefix
-            while owner and owner not in self.datasets:  # "/"-separated chunk names
+            for _ in range(MAX_RANK):  # "/"-separated chunk names: one level per dimension
+                if not owner or owner in self.datasets:
+                    break
                 owner = owner.rpartition("/")[0]
             if owner not in self.datasets:
                 continue
@@ -197,16 +226,25 @@ class KeyIndex:
             self.chunks[owner] = names if before is None else f"{before}\n{names}"
 
     def _add_child(self, prefix: str) -> None:
-        parent, _, name = prefix.rpartition("/")
-        self.ref_width = max(self.ref_width, len(prefix.encode("utf-8", "surrogatepass")) + 1)
-        siblings = self.children.get(parent)
-        if siblings is None:
-            self.children[parent] = siblings = []
-            if parent and parent not in self.groups and parent not in self.datasets \
-                    and parent not in self.implicit:
-                self.implicit.add(parent)
-                self._add_child(parent)
-        siblings.append(name)
+        """Make ``prefix`` a child of its parent, and each parent not yet known an
+        implicit group, up to a known one (a loop: keys may nest very deep)."""
+        while True:
+            parent, _, name = prefix.rpartition("/")
+            self.ref_width = max(self.ref_width,
+                                 len(prefix.encode("utf-8", "surrogatepass")) + 1)
+            siblings = self.children.get(parent)
+            if siblings is None:
+                self.children[parent] = siblings = []
+            siblings.append(name)
+            if len(siblings) > 1 or not parent or parent in self.groups \
+                    or parent in self.datasets or parent in self.implicit:
+                return
+            self._implicit_bytes += len(parent)
+            if self._implicit_bytes > MAX_IMPLICIT_BYTES:
+                self.cut += 1
+                return
+            self.implicit.add(parent)
+            prefix = parent
 
     def is_group(self, prefix: str) -> bool:
         return prefix in self.groups or prefix in self.implicit
@@ -216,7 +254,11 @@ class KeyIndex:
 
 
 class RefReader:
-    """The bytes of one ref: inline, or a byte range of the file its URL names."""
+    """The bytes of one ref: inline, or a byte range of the file its URL names.
+
+    ``read_capped`` reads a metadata ref (``key`` names it in errors) of at
+    most ``limit`` bytes, refusing a longer one with ``Corrupt`` before it is read.
+    """
 
     def __init__(self, open_uri: OpenUri) -> None:
         self._open_uri = open_uri
@@ -234,6 +276,24 @@ class RefReader:
             return await store.get(key, ByteRange(ref.offset) if ref.offset else None)
         except NotFound:
             raise StorageError(ref.url, f"file not found ({store.url} {key})") from None
+
+    async def read_capped(self, ref: Ref, key: str, limit: int) -> bytes:
+        if isinstance(ref, RangeRef) and ref.length is None:
+            store, name = self._open_uri(ref.url)
+            try:
+                size = (await store.head(name)).size - ref.offset
+                if size > limit:
+                    raise too_large(key, limit, size)
+                data = await store.get(name, ByteRange(ref.offset, limit + 1))
+            except NotFound:
+                raise StorageError(ref.url, f"file not found ({store.url} {name})") from None
+            if len(data) > limit:
+                raise too_large(key, limit)
+            return data
+        size = len(ref) if isinstance(ref, bytes) else ref.length
+        if size is not None and size > limit:
+            raise too_large(key, limit, size)
+        return await self.read(ref)
 
 
 # --------------------------------------------------------------------------- chunk stores
@@ -344,15 +404,18 @@ class RefCatalog:
     """A ``Catalog`` of the one HDF5 file a ``RefTable`` describes.
 
     ``open_uri`` opens the files ``RangeRef`` URLs name (it may raise
-    ``Forbidden``); ``external`` reads ``_EXTERNAL_ARRAY_LINK`` datasets.
+    ``Forbidden``); ``external`` reads ``_EXTERNAL_ARRAY_LINK`` datasets;
+    ``max_metadata`` is the largest ``.zattrs`` or ``.zarray`` read, in bytes.
     """
 
     def __init__(self, table: RefTable, open_uri: OpenUri,
-                 external: ExternalArrays | None = None) -> None:
+                 external: ExternalArrays | None = None,
+                 max_metadata: int = DEFAULT_MAX_METADATA) -> None:
         self._table = table
         self._refs = table.refs
         self._reader = RefReader(open_uri)
         self._external = external
+        self._max_metadata = max_metadata
         self._index = KeyIndex(table.refs)
         self._objects: dict[str, AnyObject] = {}
         self._domain = Domain(path="", root_id=ROOT_ID, created=table.mtime,
@@ -396,7 +459,7 @@ class RefCatalog:
         ref = self._refs.get(key)
         if ref is None:
             return None
-        return _load_json(key, await self._reader.read(ref))
+        return _load_json(key, await self._reader.read_capped(ref, key, self._max_metadata))
 
     async def _attrs(self, prefix: str) -> tuple[dict[str, Any], tuple[Attribute, ...]]:
         key = _join(prefix, ".zattrs")
@@ -410,8 +473,18 @@ class RefCatalog:
 
     async def _group(self, prefix: str) -> Group:
         _, attrs = await self._attrs(prefix)
-        links = {name: await self._link(_join(prefix, name))
-                 for name in self._index.children.get(prefix, ())}
+        links: dict[str, Link] = {}
+        bad: list[str] = []
+        for name in self._index.children.get(prefix, ()):
+            problem = link_name_problem(name)
+            if problem is None:
+                links[name] = await self._link(_join(prefix, name))
+            else:
+                bad.append(f"{name!r:.80} ({problem})")
+        if bad:
+            report_once(Corrupt(_join(prefix, "(children)"),
+                                f"{len(bad)} children of /{prefix} are left out: "
+                                f"{', '.join(bad[:LOGGED_BAD_NAMES])}"))
         mtime = self._table.mtime
         return Group(id=_object_id(prefix), attrs=attrs, created=mtime, modified=mtime,
                      links=links)
@@ -470,8 +543,8 @@ class RefCatalog:
             pipeline = codecs(zarray.codecs)
             kind, tj = await self._element(prefix, zarray, pipeline, notes)
             etype = element_type(tj, parse_type(tj))
+            check_sizes(zarray.shape, zarray.chunks, etype)
             fill = fill_value(etype, zarray.dtype, zarray.fill_value)
-            _check_size(zarray, etype)
         except FormatError as exc:
             raise Corrupt(zkey, str(exc)) from exc
         shape = () if notes.scalar else zarray.shape
@@ -544,11 +617,3 @@ class RefCatalog:
             return False
         return has_references(data)
 
-
-def _check_size(zarray: ZArray, etype: ElementType) -> None:
-    if math.prod(zarray.shape) > MAX_ELEMENTS:
-        raise FormatError(f"shape {list(zarray.shape)} has too many elements")
-    elements = math.prod(zarray.chunks)
-    itemsize = etype.itemsize if etype.fixed_size else 1
-    if elements > MAX_CHUNK_ELEMENTS or elements * itemsize > MAX_CHUNK_ELEMENTS:
-        raise FormatError(f"chunk shape {list(zarray.chunks)} is too large")

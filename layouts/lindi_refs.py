@@ -23,6 +23,12 @@ What the writers do, and so what is read here (lindi 0.4.6
 * kerchunk ``gen`` is expanded when its ``{{...}}`` parts are names or integer
   arithmetic (``+ - * // %``, parentheses); any other jinja is refused.
 
+The reference JSON itself is refused (``RefFormatError``) when it is larger
+than ``MAX_JSON_BYTES`` (1 GiB), known from its size before it is read, and
+when it is not UTF-8 JSON, nests deeper than the parser's recursion limit,
+or holds an inline string that is not valid Unicode. Other hostile values
+are left for the object that uses them to refuse (``layouts.lindi``).
+
 Security is not checked here: a remote reference file may name local paths,
 and ``RangeRef.url`` keeps them as local paths for the reader to refuse. URLs
 of a scheme other than http(s) and file (``s3://...``) are kept as written,
@@ -64,7 +70,10 @@ KIND_TAR = "lindi.tar"
 KIND_DIR = "lindi.d"
 KINDS = (KIND_LINDI, KIND_KERCHUNK, KIND_TAR, KIND_DIR)
 
-#: Largest JSON reference text accepted (a ``.lindi.json``, or ``lindi.json`` of a tar).
+#: Largest JSON reference text accepted (a ``.lindi.json``, or ``lindi.json`` of a
+#: tar or a ``.lindi.d``). Larger files are refused before they are read; this is
+#: the reference file's own cap, apart from ``-o max_metadata``, as one file holds
+#: the metadata of a whole HDF5 file (a million chunks take about 100 MB).
 MAX_JSON_BYTES = 1 << 30
 #: Largest ``.tar_entry.json`` or ``.tar_index.json`` accepted.
 MAX_TAR_INDEX_BYTES = 256 << 20
@@ -285,7 +294,10 @@ class _Parser:
                 except ValueError as exc:  # binascii.Error, UnicodeEncodeError
                     raise self.fail(f"refs[{key!r}]: bad string value: {exc}") from None
             elif kind is dict:
-                refs[key] = json.dumps(value).encode()
+                try:
+                    refs[key] = json.dumps(value).encode()
+                except RecursionError:
+                    raise self.fail(f"refs[{key!r}]: JSON nested too deeply") from None
             else:
                 raise self.fail(f"refs[{key!r}]: a ref must be a string, object or list, "
                                 f"not {_json_type(value)}")
@@ -542,13 +554,17 @@ async def _load_dir(location: str, remote: bool, open_uri: OpenUri) -> RefTable:
         json_location = os.path.join(location, LINDI_JSON)
     store, key = open_uri(json_location)
     try:
-        fetched = await store.fetch(key)
+        first = await store.fetch(key, ByteRange(0, PROBE_BYTES))
     except NotFound:
         raise RefFormatError(f"not a LINDI reference directory: {location} "
                              f"has no {LINDI_JSON}") from None
-    _check_json_size(json_location, fetched.info.size)
-    return await _parse_in_thread(fetched.data, location, remote, kind=KIND_DIR,
-                                  size=fetched.info.size, mtime=fetched.info.mtime)
+    info = first.info
+    _check_json_size(json_location, info.size)
+    data = first.data
+    if info.size > len(data):
+        data = (await store.fetch(key, None, if_match=info.etag or None)).data
+    return await _parse_in_thread(data, location, remote, kind=KIND_DIR,
+                                  size=info.size, mtime=info.mtime)
 
 
 async def _parse_in_thread(raw: bytes, location: str, remote: bool, *, kind: str | None,

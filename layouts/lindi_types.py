@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from layouts.hsds_types import FormatError
+from layouts.hsds_types import MAX_ITEM_BYTES, MAX_RANK, FormatError
 from layouts.model import Attribute, ElementType, ObjectRef
 
 #: ``.zattrs`` keys that are annotations, not HDF5 attributes (lindi's
@@ -141,7 +141,9 @@ class ZArray:
 
 def _ints(value: Any, what: str, least: int) -> tuple[int, ...]:
     if not isinstance(value, list):
-        raise FormatError(f"{what} must be a list, got {value!r}")
+        raise FormatError(f"{what} must be a list, got {str(value)[:80]}")
+    if len(value) > MAX_RANK:
+        raise FormatError(f"{what} has {len(value)} dimensions, more than {MAX_RANK}")
     if any(isinstance(v, bool) or not isinstance(v, int) or v < least for v in value):
         raise FormatError(f"bad {what} {value!r}")
     return tuple(value)
@@ -154,9 +156,10 @@ def _descr(value: Any) -> Any:
     fields = []
     for item in value:
         if not isinstance(item, list) or len(item) not in (2, 3) or not isinstance(item[0], str):
-            raise FormatError(f"bad structured dtype field {item!r}")
+            raise FormatError(f"bad structured dtype field {str(item)[:80]}")
         base = _descr(item[1])
-        fields.append((item[0], base, tuple(item[2])) if len(item) == 3 else (item[0], base))
+        fields.append((item[0], base, _ints(item[2], "field shape", 1)) if len(item) == 3
+                      else (item[0], base))
     return fields
 
 
@@ -169,6 +172,8 @@ def parse_zarray(doc: Mapping[str, Any]) -> ZArray:
     if len(chunks) != len(shape):
         raise FormatError(f"chunks {list(chunks)} do not fit shape {list(shape)}")
     dtype = _dtype(_descr(doc.get("dtype")))
+    if dtype.itemsize > MAX_ITEM_BYTES:
+        raise FormatError(f"dtype of {dtype.itemsize} bytes, more than {MAX_ITEM_BYTES}")
     order = doc.get("order", "C")
     if order not in ("C", "F"):
         raise FormatError(f"bad order {order!r}")

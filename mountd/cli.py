@@ -68,6 +68,10 @@ mount options (-o, comma separated, mount(8) style):
                        also leaves free space on its file system
   timeout=SECS         longest time one storage request may take, retries
                        included, before the reader gets EIO (default: 30)
+  max_metadata=SIZE    largest metadata object read: an HSDS object's JSON,
+                       a reference file's .zattrs or .zarray; a larger one
+                       gives EIO for that object, logged (default: 64M). A
+                       reference file itself may be up to 1G
   stats_file=PATH      on SIGUSR1 and at unmount, write the daemon's figures
                        as JSON to PATH: FUSE requests served by kind, inodes,
                        cache hits and misses, peak memory (default: none)
@@ -75,6 +79,13 @@ mount options (-o, comma separated, mount(8) style):
                        the same as the S3 options above, for fstab
   allow_local_refs     let a reference file fetched over http(s) point at
                        local files (refused with EACCES by default)
+  hsds_acls            enforce each HSDS domain's and folder's ACLs per
+                       local user: a user maps to the HSDS user of the same
+                       name, else the ACL's "default" entry applies; a
+                       domain they may not read shows mode 0 and gives
+                       EACCES (use with allow_other to share a mount)
+  acl_map=FILE         like hsds_acls, mapping local users to HSDS users by
+                       the "LOCAL_USER HSDS_USER" lines of FILE
   nosuid,nodev,noexec,noatime
                        passed to the kernel
   defaults,auto,noauto,nofail,_netdev,user,users,x-*

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from mountd.io.store import DEFAULT_MAX_METADATA
+
 #: fstab/mount(8) options that only matter to mount(8) itself; accepted and ignored.
 _MOUNT_ONLY = {"defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser",
                "owner", "group", "ro"}
@@ -37,11 +39,14 @@ class MountConfig:
     cache_dir: str | None = None
     disk_cache_size: int = 10 << 30
     timeout: float = 30.0
+    max_metadata: int = DEFAULT_MAX_METADATA
     endpoint_url: str | None = None
     region: str | None = None
     profile: str | None = None
     anon: bool = False
     allow_local_refs: bool = False
+    hsds_acls: bool = False
+    acl_map: str | None = None
     kernel_options: list[str] = field(default_factory=list)
     log_level: str = "WARNING"
     log_file: str | None = None
@@ -122,6 +127,10 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.stats_file = os.path.abspath(val)
             elif name == "disk_cache_size":
                 config.disk_cache_size = parse_size(name, val)
+            elif name == "max_metadata":
+                config.max_metadata = parse_size(name, val)
+                if config.max_metadata == 0:
+                    raise OptionError("option max_metadata=0: must be at least 1 byte")
             elif name == "timeout":
                 config.timeout = _number(name, val, float)
                 if config.timeout == 0:
@@ -134,6 +143,13 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.anon = True
             elif name == "allow_local_refs":
                 config.allow_local_refs = True
+            elif name == "hsds_acls":
+                config.hsds_acls = True
+            elif name == "acl_map":
+                if not val:
+                    raise OptionError("option acl_map needs a file")
+                config.acl_map = os.path.abspath(val)
+                config.hsds_acls = True
             elif name == "rw":
                 raise OptionError("h5mount mounts are read-only; option rw is not supported")
             elif name in _KERNEL:

@@ -26,11 +26,13 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pyfuse3
 import trio
 
 from mountd import logsafe, stats
+from mountd.acls import AclPolicy, read_map
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
@@ -225,13 +227,21 @@ async def _mount_and_serve(config: MountConfig, ready: Callable[[], None]) -> No
         raise StartError(str(exc)) from exc
 
 
+def acl_policy(config: MountConfig) -> AclPolicy | None:
+    """The HSDS ACL policy of ``-o hsds_acls``/``acl_map``, or None."""
+    if not config.hsds_acls:
+        return None
+    return AclPolicy(read_map(Path(config.acl_map)) if config.acl_map else None)
+
+
 async def _serve(config: MountConfig, source: Source, ready: Callable[[], None]) -> None:
     keep_freed_memory()
     tune_gc()
     cache = ChunkCache(config.chunk_cache)
     tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl), views=[NpyView()],
                 ttl=config.metadata_ttl, chunk_cache=cache)
-    ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl)
+    ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
+                     acls=acl_policy(config))
     try:
         pyfuse3.init(ops, config.mountpoint, config.fuse_options())
     except RuntimeError as exc:

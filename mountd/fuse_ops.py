@@ -28,6 +28,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyfuse3
 
+from mountd.acls import AclPolicy
 from mountd.errors import (
     Forbidden,
     MountError,
@@ -118,15 +119,20 @@ class Operations(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
 
-    def __init__(self, root: DirNode, owner: Owner, ttl: float) -> None:
+    def __init__(self, root: DirNode, owner: Owner, ttl: float,
+                 acls: AclPolicy | None = None) -> None:
         super().__init__()
         self.inodes = InodeTable(root)
         self.owner = owner
         self.ttl = ttl
+        #: ``-o hsds_acls``: who may read each domain, decided per request.
+        self.acls = acls
         #: Requests served, by handler name (``lookup``, ``getxattr``...).
         self.requests: collections.Counter[str] = collections.Counter()
         self._files: dict[int, FileHandle] = {}
         self._dirs: dict[int, DirListing] = {}
+        #: The uid that opened each directory (readdir requests carry none).
+        self._dir_uids: dict[int, int] = {}
         self._next_fh = 1
 
     # -- helpers --------------------------------------------------------
@@ -137,19 +143,36 @@ class Operations(pyfuse3.Operations):
             raise NotFound(f"inode {ino}")
         return node
 
+    async def _denied(self, node: Node, uid: int) -> bool | None:
+        """None when no ACL applies to ``node``; else whether ``uid`` is refused."""
+        if self.acls is None:
+            return None
+        info = await node.domain_info()
+        if info is None:
+            return None
+        return not self.acls.may_read(info, uid)
+
+    async def _check(self, node: Node, ctx: pyfuse3.RequestContext) -> None:
+        """EACCES if the caller may not read the domain ``node`` is in."""
+        if await self._denied(node, ctx.uid):
+            raise pyfuse3.FUSEError(errno.EACCES)
+
     def _new_fh(self) -> int:
         fh = self._next_fh
         self._next_fh += 1
         return fh
 
-    def _entry(self, ino: int, st: Stat) -> pyfuse3.EntryAttributes:
+    def _entry(self, ino: int, st: Stat, denied: bool | None = None) -> pyfuse3.EntryAttributes:
+        """Attributes of a node; ``denied`` is None when no ACL applies, else
+        whether the caller is refused (mode 0) and the attributes are per
+        user, so the kernel may not keep them for the next caller."""
         entry = pyfuse3.EntryAttributes()
         entry.st_ino = ino
         entry.generation = 0
         entry.entry_timeout = self.ttl
         # A stand-in size must not be kept: the next stat asks for the real one.
-        entry.attr_timeout = self.ttl if st.exact else 0
-        entry.st_mode = _MODES[st.type]
+        entry.attr_timeout = self.ttl if st.exact and denied is None else 0
+        entry.st_mode = _MODES[st.type] if not denied else _MODES[st.type] & ~0o7777
         entry.st_nlink = 1
         entry.st_uid = self.owner.uid
         entry.st_gid = self.owner.gid
@@ -171,15 +194,17 @@ class Operations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if not isinstance(parent, DirNode):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        await self._check(parent, ctx)
         node = await parent.lookup(from_bytes(name))
         st = await node.stat()
         ino = self.inodes.inode_of(node)
         self.inodes.remember(ino)
-        return self._entry(ino, st)
+        return self._entry(ino, st, await self._denied(node, ctx.uid))
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return self._entry(inode, await self._node(inode).stat())
+        node = self._node(inode)
+        return self._entry(inode, await node.stat(), await self._denied(node, ctx.uid))
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         self.requests["forget"] += 1
@@ -191,6 +216,7 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if not isinstance(node, SymlinkNode):
             raise pyfuse3.FUSEError(errno.EINVAL)
+        await self._check(node, ctx)
         return to_bytes(await node.target())
 
     @handler
@@ -200,7 +226,9 @@ class Operations(pyfuse3.Operations):
             # for a namespace (security.selinux, system.posix_acl_*) once it
             # answers ENOTSUP, and ask again for every file while it does not.
             raise pyfuse3.FUSEError(errno.ENOTSUP)
-        attrs = await self._node(inode).xattrs()
+        node = self._node(inode)
+        await self._check(node, ctx)
+        attrs = await node.xattrs()
         value = attrs.get(from_bytes(name))
         if value is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
@@ -208,7 +236,9 @@ class Operations(pyfuse3.Operations):
 
     @handler
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        return [to_bytes(name) for name in await self._node(inode).xattrs()]
+        node = self._node(inode)
+        await self._check(node, ctx)
+        return [to_bytes(name) for name in await node.xattrs()]
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         self.requests["statfs"] += 1
@@ -228,18 +258,23 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if not isinstance(node, DirNode):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        await self._check(node, ctx)
         fh = self._new_fh()
         self._dirs[fh] = node.open_listing()
+        self._dir_uids[fh] = ctx.uid
         return fh
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self._dirs[fh]
+        uid = self._dir_uids.get(fh, 0)
         last: tuple[Stat, pyfuse3.EntryAttributes] | None = None
         async for next_id, name, node, known in listing.entries(start_id):
             st = known if known is not None else await listed_stat(node)
             ino = self.inodes.inode_of(node)
-            if last is not None and last[0] is st:
+            if self.acls is not None:  # attributes per user: nothing shared
+                entry = self._entry(ino, st, await self._denied(node, uid))
+            elif last is not None and last[0] is st:
                 # Entries sharing one Stat (a dataset's chunk files) share the
                 # attributes too: readdir_reply copies them at once.
                 entry = last[1]
@@ -255,6 +290,7 @@ class Operations(pyfuse3.Operations):
     async def releasedir(self, fh: int) -> None:
         self.requests["releasedir"] += 1
         listing = self._dirs.pop(fh, None)
+        self._dir_uids.pop(fh, None)
         if listing is not None:
             await listing.aclose()
 
@@ -267,6 +303,7 @@ class Operations(pyfuse3.Operations):
         node = self._node(inode)
         if not isinstance(node, FileNode):
             raise pyfuse3.FUSEError(errno.EISDIR)
+        await self._check(node, ctx)
         handle = await node.open()
         fh = self._new_fh()
         self._files[fh] = handle

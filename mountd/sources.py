@@ -89,7 +89,7 @@ async def open_source(config: MountConfig) -> AsyncIterator[Source]:
             yield opened
         return
     store = LocalStore(source)
-    catalog = await _bucket_catalog(source, store, config.domain, _posix_opener(source))
+    catalog = await _bucket_catalog(source, store, config, _posix_opener(source))
     yield Source(catalog)
 
 
@@ -103,7 +103,7 @@ async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
         await cache.disk.load()
     async with open_s3(options) as connection:
         store = CachedStore(connection.store(bucket, prefix), cache)
-        catalog = await _bucket_catalog(config.source, store, config.domain,
+        catalog = await _bucket_catalog(config.source, store, config,
                                         _s3_opener(connection, cache))
         log.info("reading %s through a %d MiB block cache", store.url, config.cache_size >> 20)
         yield Source(catalog, cache)
@@ -140,7 +140,7 @@ async def _open_reference(config: MountConfig) -> AsyncIterator[Source]:
             _ref_opener(http, cache, allow_local=False)
         # Indexing the keys takes about 0.3 s per million refs: off the trio loop.
         catalog = await trio.to_thread.run_sync(RefCatalog, table, open_uri,
-                                                H5ExternalArrays(open_uri))
+                                                H5ExternalArrays(open_uri), config.max_metadata)
         log.info("mounted %s reference file %s (%d refs)", table.kind, table.location,
                  len(table.refs))
         yield Source(catalog, cache)
@@ -185,7 +185,7 @@ def _disk_cache(config: MountConfig) -> DiskCache | None:
     return DiskCache(config.cache_dir, config.disk_cache_size)
 
 
-async def _bucket_catalog(source: str, store: Store, domain: str | None,
+async def _bucket_catalog(source: str, store: Store, config: MountConfig,
                           opener: OpenUri) -> HsdsCatalog:
     try:
         is_bucket = await probe(store)
@@ -193,8 +193,10 @@ async def _bucket_catalog(source: str, store: Store, domain: str | None,
         raise SourceError(f"{source}: cannot read: {exc}") from exc
     if not is_bucket:
         raise SourceError(f"{source}: not an HSDS bucket (no db/ and no domain folders)")
+    domain = config.domain
     single = None if domain is None else _domain_path(domain)
-    catalog = HsdsCatalog(store, single_domain=single, open_uri=opener)
+    catalog = HsdsCatalog(store, single_domain=single, open_uri=opener,
+                          max_metadata=config.max_metadata)
     if single is not None:
         try:
             found = await catalog.domain(single)

@@ -5,6 +5,7 @@ user (``h5mount-other``, created if missing)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mounting import fuse_available, mounted
+from bench import scaledata
+from tests.mounting import fuse_available, mounted, run_h5mount
 
 OTHER = "h5mount-other"
 FILE = "home/admin/layout.h5/edge_3d.json"
@@ -85,3 +87,81 @@ def test_owner_is_the_mounting_user_or_uid_gid(hsds_bucket, other_user: pwd.stru
             st = os.stat(path)
             assert (st.st_uid, st.st_gid) == (uid, gid), path
         assert as_other("cat", str(mp / FILE)).returncode == 0
+
+
+# --------------------------------------------------------------------------- HSDS ACLs
+
+ALL = {"create": True, "read": True, "update": True, "delete": True, "readACL": True,
+       "updateACL": True}
+
+
+def acl_bucket(root: Path) -> Path:
+    """Domains and folders whose ``.domain.json`` ACLs differ by user: team/open.h5
+    readable by h5mount-other, team/secret.h5 by admin only, the private folder
+    by admin only, the rest by default."""
+    bucket = root / "acls"
+    writer = scaledata.BucketWriter(bucket)
+    for domain in ("/home/team/open.h5", "/home/team/secret.h5", "/home/private/x.h5"):
+        scaledata.write_wide(writer, domain, 2)
+    acls = {
+        "home": {"admin": ALL, "default": {"read": True}},
+        "home/team": {"admin": ALL, "default": {"read": True}},
+        "home/team/open.h5": {"admin": ALL, OTHER: {"read": True}},
+        "home/team/secret.h5": {"admin": ALL},
+        "home/private": {"admin": ALL},
+        "home/private/x.h5": {"admin": ALL, "default": {"read": True}},
+    }
+    for key, acl in acls.items():
+        path = bucket / key / ".domain.json"
+        doc = json.loads(path.read_text())
+        doc["acls"] = acl
+        path.write_text(json.dumps(doc))
+    return bucket
+
+
+def test_hsds_acls_per_local_user(other_user: pwd.struct_passwd, open_dir: Path) -> None:
+    bucket = acl_bucket(open_dir)
+    acl_map = open_dir / "acl_map"
+    acl_map.write_text("# local user  HSDS user\nroot admin\n")
+    with mounted(bucket, open_dir / "mp", "-o", f"allow_other,acl_map={acl_map}") as mp:
+        team = mp / "home/team"
+        # root acts as admin: everything reads
+        for path in (team / "secret.h5/d000000.json", mp / "home/private/x.h5/d000001.json",
+                     team / "secret.h5.json"):
+            assert json.loads(path.read_text())["kind"] in ("dataset", "group")
+        # the other user: their own entry, else default, else nothing
+        assert as_other("cat", str(team / "open.h5/d000000.json")).returncode == 0
+        for path in (team / "secret.h5/d000000.json", team / "secret.h5.json",
+                     mp / "home/private/x.h5/d000000.json"):
+            refused = as_other("cat", str(path))
+            assert refused.returncode != 0 and "Permission denied" in refused.stderr, path
+        assert as_other("ls", str(team / "secret.h5")).returncode != 0
+        shown = as_other("stat", "-c", "%a %n", str(team / "secret.h5"), str(team / "open.h5"),
+                         str(mp / "home/private"))
+        assert shown.stdout.split("\n")[:3] == [f"0 {team / 'secret.h5'}",
+                                                f"555 {team / 'open.h5'}",
+                                                f"0 {mp / 'home/private'}"], shown
+        listed = as_other("ls", str(team))  # the folder itself is readable by default
+        assert {"open.h5", "secret.h5"} <= set(listed.stdout.split())
+        # the kernel keeps no user's view for another: root still reads
+        assert (team / "secret.h5/d000001.json").read_text()
+
+
+def test_hsds_acls_without_a_map_apply_to_root_too(open_dir: Path) -> None:
+    """root maps to HSDS user "root", which no ACL names: secret.h5 has no
+    default entry, so even root gets EACCES (the daemon checks every request,
+    not only the kernel's mode check, which root bypasses)."""
+    bucket = acl_bucket(open_dir)
+    with mounted(bucket, open_dir / "mp", "-o", "hsds_acls") as mp:
+        for path in ("home/team/secret.h5/d000000.json", "home/team/open.h5.json",
+                     "home/private/x.h5/d000000.json"):  # the folder refuses the walk
+            with pytest.raises(PermissionError):
+                (mp / path).read_text()
+        assert {"open.h5", "secret.h5"} <= set(os.listdir(mp / "home/team"))  # default read
+
+
+def test_acl_map_errors_are_clear(open_dir: Path) -> None:
+    bad = open_dir / "bad_map"
+    bad.write_text("root\n")
+    proc = run_h5mount(str(acl_bucket(open_dir)), str(open_dir), "-o", f"acl_map={bad}")
+    assert proc.returncode == 1 and "expected LOCAL_USER HSDS_USER" in proc.stderr, proc.stderr

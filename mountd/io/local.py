@@ -6,6 +6,11 @@ so a slow disk never stalls the trio loop. The calls only read, so a
 cancelled call is abandoned rather than waited for: a hung disk cannot block
 an unmount. Keys are checked so that none
 escapes the root (no ``..``, no absolute paths).
+
+Only regular files are read, as a bucket may be hostile: a FIFO would block
+the open and a device (a symlink to ``/dev/zero``) would never end, so both
+give ``StorageError``. A ranged read is cut at the size the file had when
+opened, so a hostile length allocates no more than the file holds.
 """
 
 from __future__ import annotations
@@ -13,14 +18,15 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import trio
 
 from mountd.errors import Changed, MountError, NotFound, StorageError
-from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
+from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo, too_large
 
 if TYPE_CHECKING:
     from os import _ScandirIterator
@@ -36,6 +42,31 @@ DIR_PAGE = 1000
 def _info(st: os.stat_result) -> ObjectInfo:
     return ObjectInfo(size=st.st_size, etag=f"{st.st_mtime_ns:x}-{st.st_size:x}",
                       mtime=st.st_mtime)
+
+
+def _open(key: str, path: str) -> tuple[BinaryIO, os.stat_result]:
+    """The regular file at ``path`` opened for reading, and its stat; anything else
+    raises (a directory ``IsADirectoryError``, a FIFO or device ``StorageError``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(key, "not a regular file")
+        return os.fdopen(fd, "rb"), st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read(f: BinaryIO, st: os.stat_result, byte_range: ByteRange | None) -> bytes:
+    """All of the open file ``f``, or ``byte_range`` of it cut at its size ``st``."""
+    if byte_range is None:
+        return f.read()
+    f.seek(byte_range.start)
+    room = max(st.st_size - byte_range.start, 0)
+    return f.read(room if byte_range.length is None else min(byte_range.length, room))
 
 
 class LocalStore:
@@ -73,23 +104,40 @@ class LocalStore:
         path = self._path(key)
 
         def read() -> bytes:
-            with open(path, "rb") as f:
-                if byte_range is None:
-                    return f.read()
-                f.seek(byte_range.start)
-                return f.read() if byte_range.length is None else f.read(byte_range.length)
+            f, st = _open(key, path)
+            with f:
+                return _read(f, st, byte_range)
 
         return await self._run(key, read)
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | MountError]:
+    async def get_many(self, keys: Sequence[str],
+                       limit: int | None = None) -> list[bytes | MountError]:
         """Whole objects, read one after another in one worker-thread call
-        (a thread hop costs more than reading a small file from the page cache)."""
+        (a thread hop costs more than reading a small file from the page cache).
+
+        With ``limit``, a file of more bytes gives ``Corrupt`` (``store.too_large``):
+        known from its size before it is read, and no more than ``limit + 1``
+        bytes are read should it grow meanwhile (nor allocated: a buffer of
+        the size asked for is made before a read).
+        """
         paths: list[str | MountError] = []
         for key in keys:
             try:
                 paths.append(self._path(key))
             except StorageError as exc:
                 paths.append(exc)
+
+        def read_one(key: str, path: str) -> bytes | MountError:
+            f, st = _open(key, path)
+            with f:
+                if limit is None:
+                    return f.read()
+                if st.st_size > limit:
+                    return too_large(key, limit, st.st_size)
+                data = f.read(st.st_size + 1)
+                if len(data) > st.st_size:  # it grew since it was opened
+                    data += f.read(limit + 1 - len(data))
+                return too_large(key, limit) if len(data) > limit else data
 
         def read_all() -> list[bytes | MountError]:
             out: list[bytes | MountError] = []
@@ -98,10 +146,11 @@ class LocalStore:
                     out.append(path)
                     continue
                 try:
-                    with open(path, "rb") as f:
-                        out.append(f.read())
+                    out.append(read_one(key, path))
                 except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                     out.append(NotFound(key))
+                except MountError as exc:
+                    out.append(exc)
                 except OSError as exc:
                     out.append(StorageError(key, os.strerror(exc.errno or errno.EIO)))
             return out
@@ -114,15 +163,12 @@ class LocalStore:
         path = self._path(key)
 
         def read() -> Fetched:
-            with open(path, "rb") as f:
-                info = _info(os.fstat(f.fileno()))
+            f, st = _open(key, path)
+            with f:
+                info = _info(st)
                 if if_match is not None and info.etag != if_match:
                     raise Changed(key, f"changed (etag {info.etag}, expected {if_match})")
-                if byte_range is None:
-                    return Fetched(f.read(), info)
-                f.seek(byte_range.start)
-                size = -1 if byte_range.length is None else byte_range.length
-                return Fetched(f.read(size), info)
+                return Fetched(_read(f, st, byte_range), info)
 
         return await self._run(key, read)
 

@@ -9,7 +9,10 @@ to call from many trio tasks at once; they hold no per-call state.
 ``fetch`` is the primitive the block cache builds on: one read that also says
 what the whole object is (size and validator), so a first read needs no
 separate ``head``. ``get_many`` reads many small objects (metadata JSON) in
-one call where the backend can do better than one ``get`` each. Listings
+one call where the backend can do better than one ``get`` each. Metadata
+objects are read capped (``get_capped``, ``get_many(limit=...)``): an object
+larger than the mount's ``-o max_metadata`` is refused with ``Corrupt``
+before more than that many bytes are read. Listings
 come two ways: ``list_dir`` for small levels (folders, partitions) and
 ``iter_dir`` for levels that may be huge (the chunk keys of one dataset),
 which yields page by page and never holds them all.
@@ -19,13 +22,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
-from mountd.errors import MountError
+from mountd.errors import Corrupt, MountError
 from mountd.gather import outcomes
 
 #: Keys fetched at once by ``get_many`` over a store that has no batch read.
 GET_MANY_CONCURRENCY = 64
+#: Largest metadata object (HSDS JSON, a reference file's ``.zattrs``) read by
+#: default; ``-o max_metadata`` sets it.
+DEFAULT_MAX_METADATA = 64 << 20
+#: Bytes ``get_capped`` asks for first: every metadata object of a normal
+#: bucket fits, so it is one read, and it is one block of the block cache.
+CAPPED_FIRST_READ = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,15 +112,51 @@ class Store(Protocol):
         ...
 
 
-async def get_many(store: Store, keys: Sequence[str]) -> list[bytes | MountError]:
+def too_large(key: str, limit: int, size: int | None = None) -> Corrupt:
+    """The error for a metadata object over ``limit`` bytes (of ``size``, if known)."""
+    what = f"of {size} bytes, more" if size is not None else "of more"
+    return Corrupt(key, f"metadata object {what} than max_metadata ({limit} bytes); not read "
+                        "(mount with a larger -o max_metadata to read it)")
+
+
+async def get_capped(store: Store, key: str, limit: int) -> bytes:
+    """The whole object at ``key``, or ``Corrupt`` if it holds more than ``limit`` bytes.
+
+    Never more than ``limit + 1`` bytes are read. The first read asks for
+    ``CAPPED_FIRST_READ`` bytes; only an object that fills it costs a ``head``
+    (answered from memory by a block cache that just read it), which refuses
+    an object known to be too large without reading more, then a second read
+    of at most the rest of ``limit + 1`` bytes.
+    """
+    first = min(limit + 1, CAPPED_FIRST_READ)
+    data = await store.get(key, ByteRange(0, first))
+    if len(data) < first:
+        return data
+    if first > limit:
+        raise too_large(key, limit)
+    size = (await store.head(key)).size
+    if size > limit:
+        raise too_large(key, limit, size)
+    rest = await store.get(key, ByteRange(first, limit + 1 - first))
+    if first + len(rest) > limit:
+        raise too_large(key, limit)
+    return data + rest
+
+
+async def get_many(store: Store, keys: Sequence[str],
+                   limit: int | None = None) -> list[bytes | MountError]:
     """The bytes of each key, or the ``MountError`` reading it raised, in order.
 
     A store with a ``get_many`` method of its own (the local directory reads a
-    whole batch in one worker thread) answers it; any other gets its keys read
-    with ``GET_MANY_CONCURRENCY`` concurrent ``get`` calls.
+    whole batch in one worker thread) answers it, given ``limit`` when there
+    is one; any other gets its keys read with ``GET_MANY_CONCURRENCY``
+    concurrent ``get`` (or, with a ``limit``, ``get_capped``) calls. With a
+    ``limit``, an object of more bytes gives ``Corrupt`` instead of its bytes.
     """
     batch = getattr(store, "get_many", None)
     if batch is not None:
-        results: list[bytes | MountError] = await batch(keys)
+        results: list[bytes | MountError] = await (
+            batch(keys) if limit is None else batch(keys, limit))
         return results
-    return await outcomes(store.get, keys, GET_MANY_CONCURRENCY)
+    read = store.get if limit is None else partial(get_capped, store, limit=limit)
+    return await outcomes(read, keys, GET_MANY_CONCURRENCY)
