@@ -544,20 +544,22 @@ class FolderDir(SnapshotDir):
 
     async def listing(self) -> list[Row]:
         names = await self.tree.catalog.list_folder(self.path)
-        domains: dict[str, Domain | None] = {}
+        domains: dict[str, Domain | MountError | None] = {}
 
         async def probe(name: str) -> None:
             try:
                 domains[name] = await self.tree.catalog.domain(self._child(name))
-            except MountError:
-                domains[name] = None
+            except MountError as exc:
+                domains[name] = exc
 
         await for_each(names, probe)
         items: list[Row] = []
         real = set(names)
         for name in names:
             domain = domains[name]
-            if domain is not None and domain.root_id is not None:
+            if isinstance(domain, MountError):
+                items.append(Row(name, BrokenDir(self.tree, self._child(name))))
+            elif domain is not None and domain.root_id is not None:
                 op = ObjPath(domain, (), (domain.root_id,))
                 items.append(Row(name, GroupDir(self.tree, op)))
                 if name + SIDECAR not in real:
@@ -581,6 +583,39 @@ class FolderDir(SnapshotDir):
             if domain is not None and domain.root_id is not None:
                 return sidecar_file(self.tree, self.tree.root_path(domain))
         raise NotFound(name)
+
+
+class BrokenDir(DirNode):
+    """A folder entry whose ``.domain.json`` cannot be read: listed, so the
+    rest of the folder shows, but every use gives that object's error (asked
+    of the catalog again each time, so it ends with ``metadata_ttl``)."""
+
+    def __init__(self, tree: Tree, path: str) -> None:
+        self.tree = tree
+        self.path = path
+
+    @property
+    def key(self) -> Hashable:
+        return ("broken", self.path)
+
+    async def _fail(self) -> MountError:
+        """The domain's error now; NotFound once it reads (look it up again)."""
+        try:
+            await self.tree.catalog.domain(self.path)
+        except MountError as exc:
+            return exc
+        return NotFound(self.path)
+
+    async def stat(self) -> Stat:
+        raise await self._fail()
+
+    def open_listing(self) -> DirListing:
+        async def fail() -> list[Row]:
+            raise await self._fail()
+        return SnapshotListing(fail)
+
+    async def lookup(self, name: str) -> Node:
+        raise await self._fail()
 
 
 class ObjectDir(InDomain, DirNode):

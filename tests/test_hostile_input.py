@@ -648,9 +648,6 @@ def test_mount_shows_good_objects_and_eio_for_each_bad_one(
 
 
 @needs_fuse
-@pytest.mark.xfail(strict=True, reason="mountd.tree.FolderDir.listing shows a domain whose "
-                   "JSON cannot be read as an empty folder (the error is swallowed), and the "
-                   "kernel then keeps that entry")
 def test_mount_bad_domain_met_in_a_listing_gives_eio(hsds_mount: tuple[Path, Path]) -> None:
     mp, _ = hsds_mount
     assert set(BAD_DOMAINS) <= {f"home/{name}" for name in os.listdir(mp / "home")}
