@@ -218,8 +218,8 @@ class Progress:
 
 def read_file(job: Job, progress: Progress) -> None:
     """Read ``job.path`` to its end. The total follows the bytes really there:
-    it grows as a file reads past its ``st_size`` (variable-length chunk files
-    say 0) and shrinks by what a short or failed file did not give."""
+    it grows as a file reads past its ``st_size`` (one that changed in storage
+    since it was listed) and shrinks by what a short or failed file did not give."""
     buf = bytearray(BLOCK)
     done, counted = 0, job.size
     try:
