@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 import deflate
 import numcodecs
@@ -128,13 +130,19 @@ def unblosc(raw: bytes, limit: int, key: str) -> bytes:
     if not 1 <= version <= 5 or cbytes != len(raw) or nbytes > limit:
         raise Corrupt(key, f"not a Blosc frame of {limit} bytes or fewer "
                       f"(version {version}, {nbytes} bytes in {cbytes} of {len(raw)})")
-    try:
-        data = bytes(numcodecs.blosc.decompress(raw))
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise Corrupt(key, f"Blosc decompression failed: {exc}") from exc
+    data = _decoded(key, "Blosc", numcodecs.blosc.decompress, raw)
     if len(data) != nbytes:
         raise Corrupt(key, f"Blosc frame decodes to {len(data)} bytes, not {nbytes}")
     return data
+
+
+def _decoded(key: str, codec: str, decode: Callable[[bytes], Any], raw: bytes) -> bytes:
+    """``decode(raw)`` as bytes, once its input was checked against the limit;
+    a numcodecs failure is Corrupt for ``key``."""
+    try:
+        return bytes(decode(raw))
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise Corrupt(key, f"{codec} decompression failed: {exc}") from exc
 
 
 def zstd_content_size(raw: bytes) -> int | None:
@@ -166,10 +174,7 @@ def unzstd(raw: bytes, limit: int, key: str) -> bytes:
     if declared is None or declared > limit:
         raise Corrupt(key, f"not a zstd frame of {limit} bytes or fewer "
                       f"(declares {declared})")
-    try:
-        data = bytes(numcodecs.Zstd().decode(raw))
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise Corrupt(key, f"zstd decompression failed: {exc}") from exc
+    data = _decoded(key, "zstd", numcodecs.Zstd().decode, raw)
     if len(data) > limit:  # defensive: the one-shot API cannot exceed the declared size
         raise Corrupt(key, f"zstd data holds more than the chunk's {limit} bytes")
     return data
@@ -184,10 +189,7 @@ def unlz4(raw: bytes, limit: int, key: str) -> bytes:
     (declared,) = _LZ4_SIZE.unpack_from(raw)
     if declared > limit:
         raise Corrupt(key, f"LZ4 data states {declared} bytes, more than the chunk's {limit}")
-    try:
-        data = bytes(numcodecs.lz4.decompress(raw))
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise Corrupt(key, f"LZ4 decompression failed: {exc}") from exc
+    data = _decoded(key, "LZ4", numcodecs.lz4.decompress, raw)
     if len(data) != declared:
         raise Corrupt(key, f"LZ4 data decodes to {len(data)} bytes, not {declared}")
     return data
