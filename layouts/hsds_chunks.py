@@ -14,7 +14,10 @@ How HSDS 1.0.2 writes chunks (``hsds/util/storUtil.py`` ``_compress``,
    ``bitshuffle``: a 12-byte big-endian header (total bytes, block bytes) and
    bitshuffle-LZ4 blocks, then Blosc on top if compressed. A filter of class
    ``H5Z_FILTER_BITSHUFFLE`` is ignored by HSDS 1.0.2 (stored raw). The two are
-   told apart by length: bitshuffled data is never exactly the chunk size.
+   told apart by structure: a chunk is unshuffled when it is a consistent
+   bitshuffle stream (header total equal to the chunk size, blocks filling it
+   exactly), else taken raw if it has the chunk's size. Length alone cannot
+   tell: a bitshuffle stream can be exactly the chunk's size.
 3. Byte shuffle *without* a compressor is not applied by HSDS 1.0.2 (the
    bytes are stored raw, and HSDS's own reader wrongly unshuffles them).
 4. Variable-length chunks are never shuffled. They are converted to the
@@ -216,18 +219,29 @@ def _decompress(raw: bytes, spec: ChunkSpec, key: str) -> tuple[bytes, str]:
     return raw, "raw"
 
 
-def _bitunshuffle(data: bytes, spec: ChunkSpec, key: str) -> bytes:
-    expected = spec.nbytes or 0
+def _bitshuffle_problem(data: bytes, spec: ChunkSpec) -> str | None:
+    """Why ``data`` is not a bitshuffle-LZ4 stream of a chunk of ``spec``, or None."""
     itemsize = spec.etype.itemsize
     if len(data) < 12:
-        raise Corrupt(key, "bitshuffle data shorter than its header")
+        return "bitshuffle data shorter than its header"
     total = int.from_bytes(data[:8], "big")
     block_nbytes = int.from_bytes(data[8:12], "big")
-    if total != expected or block_nbytes <= 0 or block_nbytes % (8 * itemsize):
-        raise Corrupt(key, f"bad bitshuffle header (total {total}, block {block_nbytes} bytes)")
+    if total != spec.nbytes or block_nbytes <= 0 or block_nbytes % (8 * itemsize):
+        return f"bad bitshuffle header (total {total}, block {block_nbytes} bytes)"
     problem = _bitshuffle_layout_problem(data, spec.elements, itemsize, block_nbytes // itemsize)
-    if problem:
-        raise Corrupt(key, f"bad bitshuffle data: {problem}")
+    return f"bad bitshuffle data: {problem}" if problem else None
+
+
+def _bitunshuffle(data: bytes, spec: ChunkSpec, key: str) -> bytes:
+    """Undo bitshuffle-LZ4 if ``data`` is such a stream; a chunk stored raw (the
+    chunk's exact size and no valid stream) is returned as it is."""
+    problem = _bitshuffle_problem(data, spec)
+    if problem is not None:
+        if len(data) == spec.nbytes:
+            return data
+        raise Corrupt(key, problem)
+    itemsize = spec.etype.itemsize
+    block_nbytes = int.from_bytes(data[8:12], "big")
     try:
         import bitshuffle  # noqa: PLC0415  (optional: only bitshuffled datasets need it)
     except ImportError as exc:
@@ -305,7 +319,7 @@ def decode_chunk(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
             return _encode_vlen(data, spec)
         except (FormatError, UnicodeDecodeError, ValueError) as exc:
             raise Corrupt(key, f"bad variable-length chunk: {exc}") from exc
-    if plan.bitshuffle and len(data) != expected:
+    if plan.bitshuffle:
         data = _bitunshuffle(data, spec, key)
     elif plan.shuffle and how == "zlib" and spec.etype.itemsize > 1:
         data = bytes(numcodecs.Shuffle(spec.etype.itemsize).decode(data))

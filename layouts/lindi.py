@@ -72,7 +72,7 @@ from layouts.lindi_codecs import (
     decode_chunk,
     has_references,
 )
-from layouts.lindi_refs import RangeRef, Ref, RefFormatError, RefTable
+from layouts.lindi_refs import BadRef, RangeRef, Ref, RefFormatError, RefTable
 from layouts.lindi_types import (
     REFERENCE_WIDTH,
     VLEN_ASCII_JSON,
@@ -267,6 +267,8 @@ class RefReader:
     async def read(self, ref: Ref) -> bytes:
         if isinstance(ref, bytes):
             return ref
+        if isinstance(ref, BadRef):
+            raise Corrupt("reference file", ref.problem)
         if ref.length == 0:
             return b""
         if ref.length is not None:
@@ -290,6 +292,8 @@ class RefReader:
             if len(data) > limit:
                 raise too_large(key, limit)
             return data
+        if isinstance(ref, BadRef):
+            raise Corrupt(key, ref.problem)
         size = len(ref) if isinstance(ref, bytes) else ref.length
         if size is not None and size > limit:
             raise too_large(key, limit, size)
@@ -609,8 +613,8 @@ class RefCatalog:
         if not names or pipeline.problem:
             return False
         key = _join(prefix, names.partition("\n")[0])
-        raw = await self._reader.read(self._refs[key])
         try:
+            raw = await self._reader.read(self._refs[key])
             data = await decode_sized(len(raw), decode_bytes, raw, pipeline, key)
         except Corrupt as exc:  # reported when the chunk is read
             log.debug("cannot tell the element type of %s: %s", prefix, exc)

@@ -24,10 +24,14 @@ What the writers do, and so what is read here (lindi 0.4.6
   arithmetic (``+ - * // %``, parentheses); any other jinja is refused.
 
 The reference JSON itself is refused (``RefFormatError``) when it is larger
-than ``MAX_JSON_BYTES`` (1 GiB), known from its size before it is read, and
-when it is not UTF-8 JSON, nests deeper than the parser's recursion limit,
-or holds an inline string that is not valid Unicode. Other hostile values
-are left for the object that uses them to refuse (``layouts.lindi``).
+than ``MAX_JSON_BYTES`` (1 GiB), known from its size before it is read, when
+it is not UTF-8 JSON or nests deeper than the parser's recursion limit, and
+when its own structure (``templates``, ``gen``, ``version``...) is wrong. One
+malformed ref (a number, a bad offset or length, an unknown template, an
+inline string that is not valid Unicode) becomes a ``BadRef``: reading it
+fails, for the object it belongs to alone (MOUNT-SPEC.md, Errors). Other
+hostile values are left for the object that uses them to refuse
+(``layouts.lindi``).
 
 Security is not checked here: a remote reference file may name local paths,
 and ``RangeRef.url`` keeps them as local paths for the reader to refuse. URLs
@@ -119,7 +123,15 @@ class RangeRef:
     length: int | None
 
 
-Ref = bytes | RangeRef
+@dataclass(frozen=True, slots=True)
+class BadRef:
+    """A ref the file gets wrong (a number, a bad offset, an unknown template...):
+    reading it fails with ``problem``, and only it; the rest of the file is used."""
+
+    problem: str
+
+
+Ref = bytes | RangeRef | BadRef
 
 
 @dataclass(frozen=True)
@@ -280,27 +292,37 @@ class _Parser:
         #: each length once (chunks mostly share a few), to save an int per ref
         self.lengths: dict[int, int] = {}
 
-    def convert(self, refs: dict[str, Any]) -> None:
-        """Replace each JSON value of ``refs`` by its ``Ref`` (values only, so in place)."""
+    def convert(self, refs: dict[str, Any]) -> int:
+        """Replace each JSON value of ``refs`` by its ``Ref`` (values only, so in place);
+        a malformed value becomes a ``BadRef``. The number of those."""
         b64decode = base64.b64decode
+        bad = 0
         for key, value in refs.items():
             kind = type(value)
-            if kind is list:
-                refs[key] = self.range_ref(key, value)
-            elif kind is str:
-                try:
-                    refs[key] = (b64decode(value[7:]) if value.startswith("base64:")
-                                 else value.encode())
-                except ValueError as exc:  # binascii.Error, UnicodeEncodeError
-                    raise self.fail(f"refs[{key!r}]: bad string value: {exc}") from None
-            elif kind is dict:
-                try:
-                    refs[key] = json.dumps(value).encode()
-                except RecursionError:
-                    raise self.fail(f"refs[{key!r}]: JSON nested too deeply") from None
-            else:
-                raise self.fail(f"refs[{key!r}]: a ref must be a string, object or list, "
-                                f"not {_json_type(value)}")
+            try:
+                if kind is list:
+                    refs[key] = self.range_ref(key, value)
+                elif kind is str:
+                    try:
+                        refs[key] = (b64decode(value[7:]) if value.startswith("base64:")
+                                     else value.encode())
+                    except ValueError as exc:  # binascii.Error, UnicodeEncodeError
+                        raise self.fail(f"refs[{key!r}]: bad string value: {exc}") from None
+                elif kind is dict:
+                    try:
+                        refs[key] = json.dumps(value).encode()
+                    except RecursionError:
+                        raise self.fail(f"refs[{key!r}]: JSON nested too deeply") from None
+                else:
+                    raise self.fail(f"refs[{key!r}]: a ref must be a string, object or list, "
+                                    f"not {_json_type(value)}")
+            except RefFormatError as exc:
+                if not bad:
+                    log.warning("%s (reading it gives EIO; other bad refs are logged when "
+                                "read)", exc)
+                refs[key] = BadRef(str(exc))
+                bad += 1
+        return bad
 
     def range_ref(self, key: str, value: list[Any]) -> RangeRef:
         if len(value) == 3:
@@ -493,12 +515,12 @@ def parse_refs(raw: bytes, location: str, remote: bool, *, kind_hint: str | None
     del obj
 
     parser = _Parser(resolver, templates, members)
-    parser.convert(refs)
+    bad = parser.convert(refs)
     if gen is not None:
         refs.update(parser.gen(gen))
     kind = kind_hint or _json_kind(location, v0 or gen is not None, bool(metadata))
-    log.debug("%s: %d refs (%s), %d distinct URLs", location, len(refs), kind,
-              len(parser.targets))
+    log.debug("%s: %d refs (%s, %d malformed), %d distinct URLs", location, len(refs), kind,
+              bad, len(parser.targets))
     return RefTable(refs=refs, location=location, remote=remote, kind=kind, metadata=metadata,
                     size=len(raw) if size is None else size, mtime=mtime)
 

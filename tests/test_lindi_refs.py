@@ -26,6 +26,7 @@ import pytest
 import trio
 
 from layouts.lindi_refs import (
+    BadRef,
     RangeRef,
     RefFormatError,
     RefTable,
@@ -244,8 +245,10 @@ def test_tar_members() -> None:
     assert refs["k5"] == RangeRef("/abs/blobs/a/0", 0, 1)
     assert table.kind == "lindi.tar"
     assert table.resolve("./next.h5") == "/d/next.h5"
-    refuse({"refs": {"bad": ["./blobs/a/0", 50, 51]}}, "refs['bad']", "past the end",
-           location="/d/x.lindi.tar", kind_hint="lindi.tar", members=members)
+    bad = parse({"refs": {"bad": ["./blobs/a/0", 50, 51]}}, "/d/x.lindi.tar",
+                kind_hint="lindi.tar", members=members).refs["bad"]
+    assert isinstance(bad, BadRef) and "refs['bad']" in bad.problem
+    assert "past the end" in bad.problem
 
 
 def test_many_refs_share_urls() -> None:
@@ -337,6 +340,13 @@ def test_gen_refused(gen: Any, needles: list[str]) -> None:
     ({"refs": {}, "version": 2}, ["version"]),
     ({"refs": {}, "version": "1"}, ["version"]),
     ({"refs": {}, "generationMetadata": [1]}, ["generationMetadata"]),
+])
+def test_refused(obj: Any, needles: list[str]) -> None:
+    message = refuse(obj, *needles)
+    assert message.startswith("/data/refs/x.json: ")
+
+
+@pytest.mark.parametrize(("obj", "needles"), [
     ({"refs": {"k": 5}}, ["refs['k']", "a number"]),
     ({"refs": {"k": None}}, ["refs['k']", "null"]),
     ({"refs": {"k": True}}, ["refs['k']", "boolean"]),
@@ -365,9 +375,17 @@ def test_gen_refused(gen: Any, needles: list[str]) -> None:
     ({"refs": {"k": ["{{u", 0, 1]}, "templates": {"u": "x"}},
      ["refs['k']", "unsupported template syntax"]),
 ])
-def test_refused(obj: Any, needles: list[str]) -> None:
-    message = refuse(obj, *needles)
-    assert message.startswith("/data/refs/x.json: ")
+def test_one_bad_ref_is_that_ref_alone(obj: Any, needles: list[str]) -> None:
+    """A malformed ref does not refuse the file: it becomes a ``BadRef`` that says
+    what is wrong (read, it gives EIO on its object), the others parse as usual."""
+    obj["refs"]["ok"] = ["/abs/f.h5", 1, 2]
+    table = parse(obj)
+    bad = table.refs["k"]
+    assert isinstance(bad, BadRef), bad
+    assert bad.problem.startswith("/data/refs/x.json: ")
+    for needle in needles:
+        assert needle in bad.problem, (needle, bad.problem)
+    assert table.refs["ok"] == RangeRef("/abs/f.h5", 1, 2)
 
 
 @pytest.mark.parametrize(("raw", "needle"), [
