@@ -56,6 +56,7 @@ from layouts.model import (
 from mountd import chunkbatch, sidecar, zarrmeta
 from mountd.chunkahead import GridReadahead
 from mountd.chunkcache import ChunkCache
+from mountd.chunklist import ChunkList, ChunkListBuilder
 from mountd.dirahead import DirReadahead
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.io import readahead
@@ -88,9 +89,12 @@ MAX_SOFT_DEPTH = 16
 LIST_CONCURRENCY = 128
 #: Children whose objects are fetched ahead when a group is loaded in the background.
 PRELOAD_LINKS = 1000
-#: Chunk names of one dataset kept once listed (one page of an S3 listing); longer
-#: listings are read from storage each time.
+#: Chunks of one dataset listed ahead in the background (one page of an S3 listing);
+#: a dataset with more is listed when its directory is read.
 SMALL_LISTING = 1000
+#: Most chunk indices of one dataset kept once listed (8 bytes each, in the memo);
+#: longer listings are read from storage each time.
+MAX_KEPT_CHUNKS = 4_000_000
 #: Objects loaded per batch (one worker-thread call on local disk) when a group is listed.
 LOAD_BATCH = 256
 #: Batches loaded at once (remote stores overlap their round trips).
@@ -903,10 +907,11 @@ def parse_chunk_name(name: str) -> ChunkIndex | None:
 class DatasetDir(ObjectDir):
     """A dataset: one file per stored chunk, named by grid index.
 
-    The chunk names of a small dataset (at most ``SMALL_LISTING``), once
-    listed, are memoised with the dataset object: listing it again, and
-    looking up its chunks, then need no storage round trip until the object
-    is fetched anew (``-o metadata_ttl``).
+    The chunk indices of a dataset (at most ``MAX_KEPT_CHUNKS``), once
+    listed, are memoised with the dataset object as a ``ChunkList``: listing
+    it again, and looking up its chunks, then need no storage round trip
+    until the object is fetched anew (``-o metadata_ttl``). A remembered
+    listing comes in grid order, a first one in storage order.
     """
 
     def _own_files(self, ds: Dataset) -> dict[str, Node]:
@@ -937,33 +942,32 @@ class DatasetDir(ObjectDir):
                 yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
                           chunk_stat)
             return
-        seen: list[ChunkIndex] | None = []
+        seen = ChunkListBuilder(_listing_grid(ds), MAX_KEPT_CHUNKS)
         stored = ds.store.iter_stored()
         try:
             async for index in stored:
                 if not ds.in_grid(index):
                     continue
-                if seen is not None:
-                    seen.append(index)
-                    if len(seen) > SMALL_LISTING:
-                        seen = None
+                seen.add(index)
                 yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
                           chunk_stat)
         finally:
             await _close(stored)
-        if seen is not None:
-            self._remember_chunks(ds, seen)
+        self._remember_chunks(ds, seen)
 
     def _chunks_key(self, ds: Dataset) -> Hashable:
         return ("chunks", self.op.domain.path, ds.id)
 
-    def _known_chunks(self, ds: Dataset) -> tuple[ChunkIndex, ...] | None:
-        """The chunk indices of a small dataset, if listed since the object was fetched."""
-        known: tuple[ChunkIndex, ...] | None = self.tree.memo.get(self._chunks_key(ds), ds)
+    def _known_chunks(self, ds: Dataset) -> ChunkList | None:
+        """The chunk indices of the dataset, if listed since the object was fetched."""
+        known: ChunkList | None = self.tree.memo.get(self._chunks_key(ds), ds)
         return known
 
-    def _remember_chunks(self, ds: Dataset, indices: list[ChunkIndex]) -> None:
-        self.tree.memo.put(self._chunks_key(ds), tuple(indices), 64 * len(indices), ds)
+    def _remember_chunks(self, ds: Dataset, seen: ChunkListBuilder) -> None:
+        """Keep a whole listing (a listing left early or too long is not kept)."""
+        chunks = seen.result()
+        if chunks is not None:
+            self.tree.memo.put(self._chunks_key(ds), chunks, chunks.nbytes, ds)
 
     def loaded(self) -> bool:
         ds = self.tree.peek(self.op)
@@ -978,17 +982,17 @@ class DatasetDir(ObjectDir):
 
     async def _list_small(self, ds: Dataset) -> None:
         """Remember the chunk indices if there are at most ``SMALL_LISTING``."""
-        indices: list[ChunkIndex] = []
+        seen = ChunkListBuilder(_listing_grid(ds), SMALL_LISTING)
         stored = ds.store.iter_stored()
         try:
             async for index in stored:
                 if ds.in_grid(index):
-                    indices.append(index)
-                    if len(indices) > SMALL_LISTING:
+                    seen.add(index)
+                    if seen.gave_up:
                         return
         finally:
             await _close(stored)
-        self._remember_chunks(ds, indices)
+        self._remember_chunks(ds, seen)
 
     async def lookup(self, name: str) -> Node:
         ds = await self.tree.dataset(self.op)
@@ -1005,6 +1009,11 @@ class DatasetDir(ObjectDir):
         if not (index in known if known is not None else await ds.store.exists(index)):
             raise NotFound(name)
         return ChunkFile(self.tree, self.op, index)
+
+
+def _listing_grid(ds: Dataset) -> tuple[int, ...]:
+    """The grid a dataset's chunk indices live in (a scalar's one chunk is ``(0,)``)."""
+    return (1,) if ds.shape == () else ds.grid
 
 
 def inside_text(raw: str) -> str:

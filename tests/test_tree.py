@@ -408,15 +408,57 @@ def test_dataset_listing_streams_200k_chunks() -> None:
         assert len(set(names)) == 200_002
         assert store.listings == 1 and listing.restarts == 0
         assert listing.kept <= listing.window == STREAM_WINDOW
-        # a cookie older than the window restarts the stream and skips to it
+        # a cookie older than the window restarts the stream and skips to it; the
+        # whole listing was kept (compactly), so the restart needs no storage listing
+        # and gives the same order
         names = await kernel_readdir(listing, 1000, np.random.default_rng(2))
         assert names == expected[1000:]
-        assert listing.restarts == 1 and store.listings == 2 and store.max_open == 1
+        assert listing.restarts == 1 and store.listings == 1 and store.max_open == 1
         # a recent cookie is served from the window, without a restart
         tail = [name async for _, name, _, _ in listing.entries(len(expected) - 10)]
         assert tail == expected[-10:] and listing.restarts == 1
         await listing.aclose()
         assert store.open_listings == 0
+    trio.run(main)
+
+
+class SparseChunks(GeneratedChunks):
+    """Generated chunks of which only every third is stored; counts ``exists`` calls."""
+
+    def __init__(self, grid: tuple[int, ...]) -> None:
+        super().__init__(grid, 1, 0.0, 0.0)
+        self.exists_calls = 0
+
+    async def exists(self, index: tuple[int, ...]) -> bool:
+        self.exists_calls += 1
+        return ravel(index, self.grid) % 3 == 0
+
+    async def iter_stored(self) -> AsyncIterator[tuple[int, ...]]:
+        self.listings += 1
+        for k in range(0, self.total, 3):
+            yield unravel(k, self.grid)
+
+
+def test_listed_chunks_are_kept_compactly_for_lookups() -> None:
+    """Once a dataset of 30,000 chunks is listed, lookups and a second listing are
+    answered from the kept list: no ``exists`` and no listing reach storage."""
+    async def main() -> None:
+        ds = generated_dataset("d-sparse", (300, 300), (1, 1))
+        store = SparseChunks((300, 300))
+        ds = dataclasses.replace(ds, store=store)
+        tree = Tree(catalog_with(big=ds))
+        node = await walk(tree, "big")
+        assert isinstance(node, DirNode)
+        first = [n async for _, n, _, _ in node.open_listing().entries(0)]
+        assert len(first) == 2 + 30_000 and store.listings == 1
+        for name in ("0.0", "299.297"):
+            await node.lookup(name)
+        for name in ("0.1", "299.299", "300.0"):
+            with pytest.raises(NotFound):
+                await node.lookup(name)
+        assert store.exists_calls == 0
+        again = [n async for _, n, _, _ in node.open_listing().entries(0)]
+        assert again == first and store.listings == 1
     trio.run(main)
 
 
