@@ -8,7 +8,10 @@ times shell commands on it, each next to a peer measured in the same run:
   100,000 links (30,000 or 300,000 entries) on a fresh mount, page cache
   dropped ("fresh"), then again on that mount ("warm"); the peer is
   ``bench.memdir`` (a bare pyfuse3 directory of the same shape), first
-  listing on a fresh mount and again;
+  listing on a fresh mount and again; and a Python loop (4 threads, a
+  subprocess of its own, page cache dropped) that reads and parses the JSON
+  of the root group and of every object it links to from the bucket
+  directory: the storage part of a fresh listing, which no FUSE peer pays;
 - ``walk_many``: ``find`` and ``ls -lR`` of ``many.h5`` (100 groups x 99
   datasets), each on a fresh mount (page cache dropped), then again;
 - ``tiny_npy``: ``cat tiny.h5/x.npy`` (200,000 one-element chunks) on a fresh
@@ -53,6 +56,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +87,11 @@ WIDE_10K, WIDE_100K = sorted(scaledata.WIDE)
 WALK_DIRS = scaledata.MANY_GROUPS * scaledata.MANY_PER_GROUP
 CHUNK_LOOP = ("import sys; from bench.bench_meta import chunk_loop_main; "
               "chunk_loop_main(sys.argv[1:])")
+JSON_LOOP = ("import sys; from bench.bench_meta import json_loop_main; "
+             "json_loop_main(sys.argv[1:])")
+#: Threads of the object-JSON peer: as many as the daemon loads batches with
+#: (``mountd.tree.LOAD_CONCURRENCY``).
+JSON_THREADS = 4
 
 
 # ---------------------------------------------------------------------- results
@@ -121,6 +130,10 @@ TARGETS = (
     Target("`ls -l` wide100k warm <= 2x memdir warm", "w100k_warm", "m100k_warm", 2.0),
     Target("`ls -l` wide100k fresh <= 5x memdir first", "w100k_fresh", "m100k_first", 5.0),
     Target("`ls -l` wide100k / wide10k, fresh <= 12", "w100k_fresh", "w10k_fresh", 12.0),
+    # Diagnostics, not the issue's targets: a fresh listing against reading its
+    # objects' JSON from a cold page cache (what no FUSE peer pays).
+    Target("`ls -l` wide10k fresh <= 2x its JSON read", "w10k_fresh", "j10k_disk", 2.0),
+    Target("`ls -l` wide100k fresh <= 2x its JSON read", "w100k_fresh", "j100k_disk", 2.0),
     Target("`ls -l` wide100k / wide10k, warm <= 12", "w100k_warm", "w10k_warm", 12.0),
     # The issue's walk targets are against h5pyd visititems, which no FUSE
     # filesystem can meet here (see docs/benchmarks.md); these hold h5mount to
@@ -141,12 +154,17 @@ def new_cases(million: bool) -> dict[str, MetaCase]:
         MetaCase("m10k_first", "memdir 10k first", "`ls -l dir` of `bench.memdir --entries "
                  "10000`, fresh mount, page cache dropped"),
         MetaCase("m10k_warm", "memdir 10k warm", "the same `ls -l` again on that mount"),
+        MetaCase("j10k_disk", "wide10k JSON read", "a Python loop (4 threads) reading and "
+                 "`json.loads`-ing the root group's JSON and every object JSON it links to "
+                 "from the bucket directory, page cache dropped: the storage part of a "
+                 "fresh listing"),
         MetaCase("w100k_fresh", "wide100k fresh", "`ls -l wide100k.h5`, fresh h5mount, page "
                  "cache dropped"),
         MetaCase("w100k_warm", "wide100k warm", "the same `ls -l` again on that mount"),
         MetaCase("m100k_first", "memdir 100k first", "`ls -l dir` of `bench.memdir --entries "
                  "100000`, fresh mount, page cache dropped"),
         MetaCase("m100k_warm", "memdir 100k warm", "the same `ls -l` again on that mount"),
+        MetaCase("j100k_disk", "wide100k JSON read", "the same loop over wide100k.h5"),
         MetaCase("find_fresh", "many find fresh", "`find many.h5`, fresh h5mount, page cache "
                  "dropped"),
         MetaCase("find_warm", "many find warm", "the same `find` again on that mount"),
@@ -363,15 +381,71 @@ def run_listing(run: Run, where: tuple[str, ...], keys: tuple[str, ...],
     _memdir_note(run.cases[keys[2]], stats)
 
 
+def group_json_keys(data: scaledata.ScaleData, domain: str) -> list[str]:
+    """Bucket keys of the root group of ``domain`` and of every object it links to."""
+    doc = json.loads((data.domain_dir(domain) / ".domain.json").read_text())
+    root_key = objid.getS3Key(doc["root"])
+    root = json.loads((data.bucket_dir / root_key).read_text())
+    return [root_key, *(objid.getS3Key(link["id"]) for link in root["links"].values()
+                        if "id" in link)]
+
+
+def json_loop(bucket: str, keys_file: str) -> dict[str, float]:
+    """Read and ``json.loads`` every key listed in ``keys_file`` from ``bucket`` with
+    ``JSON_THREADS`` threads; the seconds and CPU seconds."""
+    keys = Path(keys_file).read_text().split("\n")
+    cpu0 = bench_npy.self_cpu_seconds()
+    started = time.perf_counter()
+
+    def load(key: str) -> int:
+        with open(f"{bucket}/{key}", "rb") as f:
+            return len(json.loads(f.read()))
+
+    with ThreadPoolExecutor(JSON_THREADS) as pool:
+        sum(pool.map(load, keys, chunksize=256))
+    return {"seconds": time.perf_counter() - started,
+            "cpu": bench_npy.self_cpu_seconds() - cpu0}
+
+
+def json_loop_main(argv: list[str]) -> None:
+    """Entry of the JSON loop's subprocess: ``BUCKET KEYS_FILE``; prints its JSON."""
+    print(json.dumps(json_loop(argv[0], argv[1])))
+
+
+def run_json_peer(run: Run, key: str, domain: str) -> None:
+    """``repeat`` runs of the object-JSON peer of ``domain``, each in a subprocess
+    of its own with the page cache dropped."""
+    case = run.cases[key]
+    keys_file = run.workdir / f"{key}.keys"
+    keys_file.write_text("\n".join(group_json_keys(run.data, domain)))
+    for _ in range(run.repeat):
+        drop_caches_noted(case)
+        bench_npy.wait_quiet(run.max_busy, run.quiet_timeout)
+        try:
+            _, out = timed_command([sys.executable, "-c", JSON_LOOP, str(run.data.bucket_dir),
+                                    str(keys_file)], run.timeout, capture=True)
+        except CommandTimeout as exc:
+            case.bound = exc.seconds
+            case.status = f"> {exc.seconds:.0f} s"
+            _note_once(case, str(exc))
+            return
+        found = json.loads(out)
+        case.add(found["seconds"], 0)
+        case.cpu.append({"client": found["cpu"]})
+
+
 def run_wide10k(run: Run) -> None:
-    """``ls -l wide10k.h5`` against ``bench.memdir --entries 10000``."""
-    run_listing(run, (scaledata.WIDE[WIDE_10K],), GROUPS["ls_wide10k"][1], WIDE_10K, "group")
+    """``ls -l wide10k.h5`` against ``bench.memdir --entries 10000`` and the JSON loop."""
+    keys = GROUPS["ls_wide10k"][1]
+    run_listing(run, (scaledata.WIDE[WIDE_10K],), keys[:4], WIDE_10K, "group")
+    run_json_peer(run, keys[4], scaledata.WIDE[WIDE_10K])
 
 
 def run_wide100k(run: Run) -> None:
-    """``ls -l wide100k.h5`` against ``bench.memdir --entries 100000``."""
-    run_listing(run, (scaledata.WIDE[WIDE_100K],), GROUPS["ls_wide100k"][1], WIDE_100K,
-                "group")
+    """``ls -l wide100k.h5`` against ``bench.memdir --entries 100000`` and the JSON loop."""
+    keys = GROUPS["ls_wide100k"][1]
+    run_listing(run, (scaledata.WIDE[WIDE_100K],), keys[:4], WIDE_100K, "group")
+    run_json_peer(run, keys[4], scaledata.WIDE[WIDE_100K])
 
 
 def run_walk(run: Run) -> None:
@@ -503,8 +577,10 @@ def run_million(run: Run) -> None:
 
 #: Case groups for ``--cases``: runner and the cases it fills, in run order.
 GROUPS: dict[str, tuple[Callable[[Run], None], tuple[str, ...]]] = {
-    "ls_wide10k": (run_wide10k, ("w10k_fresh", "w10k_warm", "m10k_first", "m10k_warm")),
-    "ls_wide100k": (run_wide100k, ("w100k_fresh", "w100k_warm", "m100k_first", "m100k_warm")),
+    "ls_wide10k": (run_wide10k, ("w10k_fresh", "w10k_warm", "m10k_first", "m10k_warm",
+                                 "j10k_disk")),
+    "ls_wide100k": (run_wide100k, ("w100k_fresh", "w100k_warm", "m100k_first", "m100k_warm",
+                                   "j100k_disk")),
     "walk_many": (run_walk, ("find_fresh", "find_warm", "lsr_fresh", "lsr_warm",
                              "mwalk_first", "mwalk_warm")),
     "tiny_npy": (run_tiny_npy, ("tiny_npy", "tiny_loop")),
