@@ -90,7 +90,7 @@ CHUNK_LOOP = ("import sys; from bench.bench_meta import chunk_loop_main; "
 JSON_LOOP = ("import sys; from bench.bench_meta import json_loop_main; "
              "json_loop_main(sys.argv[1:])")
 #: Threads of the object-JSON peer: as many as the daemon loads batches with
-#: (``mountd.tree.LOAD_CONCURRENCY``).
+#: (``mountd.tree.core.LOAD_CONCURRENCY``).
 JSON_THREADS = 4
 
 

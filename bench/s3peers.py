@@ -29,8 +29,8 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from bench import data as benchdata
+from layouts.h5types import element_type, parse_type
 from layouts.hsds_chunks import ChunkSpec, decode_chunk, filter_plan
-from layouts.hsds_types import element_type, parse_type
 from tests.hsds_server import ADMIN_PASSWORD, ADMIN_USER
 
 DECODE_THREADS = 2

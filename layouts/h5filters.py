@@ -1,10 +1,13 @@
-"""Decoding chunks exactly as an HDF5 file stores them (linked HSDS datasets).
+"""Decoding chunks exactly as an HDF5 file stores them (HSDS linked datasets,
+LINDI external arrays), and what HDF5 filter JSON names.
 
-Owns ``Pipeline`` (what a dataset's HSDS ``filters`` JSON means for an HDF5
-chunk) and ``decode``, which turns the stored bytes of one HDF5 chunk into the
-raw element bytes of the whole chunk. This differs from ``layouts.hsds_chunks``:
-HSDS's own chunks are Blosc frames, while an HDF5 file holds each filter's
-output as the HDF5 filter plugin writes it.
+Owns ``filter_classes`` (the ``H5Z_FILTER_*`` class of each entry of HDF5
+filter JSON, a list of ``{class, id, name, ...}`` as HSDS stores it), ``Pipeline``
+(what a dataset's filters mean for an HDF5 chunk) and ``decode``, which turns
+the stored bytes of one HDF5 chunk into the raw element bytes of the whole
+chunk. This differs from ``layouts.hsds_chunks``: HSDS's own chunks are Blosc
+frames, while an HDF5 file holds each filter's output as the HDF5 filter
+plugin writes it.
 
 The filters are undone in the fixed order HDF5 (as written by h5py) applies
 them last to first, whatever order the JSON lists them in:
@@ -42,16 +45,15 @@ callers run in a worker thread for large chunks.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numcodecs
 import numpy as np
 
-from layouts.hsds_chunks import filter_classes
+from layouts.errors import Corrupt, FormatError
 from layouts.inflate import inflate, unblosc, unzstd
-from mountd.errors import Corrupt
 
 FLETCHER32_SIZE = 4
 _LZ4_HEADER = struct.Struct(">qi")
@@ -66,6 +68,12 @@ LZF, BLOSC, LZ4, BITSHUFFLE, ZSTD = 32000, 32001, 32004, 32008, 32015
 _COMPRESSORS = {"H5Z_FILTER_DEFLATE": "deflate", "H5Z_FILTER_BLOSC": "blosc",
                 "H5Z_FILTER_LZ4": "lz4", "H5Z_FILTER_ZSTD": "zstd"}
 _COMPRESSOR_IDS = {DEFLATE: "deflate", BLOSC: "blosc", LZ4: "lz4", ZSTD: "zstd"}
+_CLASS_BY_ID = {0: "H5Z_FILTER_NONE", 1: "H5Z_FILTER_DEFLATE", 2: "H5Z_FILTER_SHUFFLE",
+                3: "H5Z_FILTER_FLETCHER32", 5: "H5Z_FILTER_NBIT", 6: "H5Z_FILTER_SCALEOFFSET",
+                32000: "H5Z_FILTER_LZF", 32001: "H5Z_FILTER_BLOSC", 32003: "H5Z_FILTER_SNAPPY",
+                32004: "H5Z_FILTER_LZ4", 32005: "H5Z_FILTER_LZ4HC",
+                32008: "H5Z_FILTER_BITSHUFFLE", 32015: "H5Z_FILTER_ZSTD"}
+_KNOWN_CLASSES = frozenset(_CLASS_BY_ID.values())
 
 
 def stored_limit(nbytes: int) -> int:
@@ -74,6 +82,28 @@ def stored_limit(nbytes: int) -> int:
     here (zlib adds under 1%, Blosc 16 bytes, LZ4 0.4% plus 20 bytes a block),
     a checksum and their headers."""
     return 2 * nbytes + 4096
+
+
+def filter_classes(filters: Any) -> list[tuple[str | None, Mapping[str, Any]]]:
+    """Each filter of HDF5 filter JSON (a list of ``{class, id, name, ...}``) with its
+    ``H5Z_FILTER_*`` class: its ``class`` when that names a known filter, else the
+    class of its numeric ``id``, else None. Shared by the HDF5 chunk reader here
+    and the HSDS chunk reader (``layouts.hsds_chunks``)."""
+    if filters is None:
+        return []
+    if not isinstance(filters, list):
+        raise FormatError("filters must be a list")
+    out: list[tuple[str | None, Mapping[str, Any]]] = []
+    for item in filters:
+        if not isinstance(item, Mapping):
+            raise FormatError(f"filter must be an object, got {item!r}")
+        cls = item.get("class")
+        if cls not in _KNOWN_CLASSES:
+            fid = item.get("id")
+            cls = _CLASS_BY_ID.get(fid) if isinstance(fid, int) and not isinstance(fid, bool) \
+                else None
+        out.append((cls, item))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +118,7 @@ class Pipeline:
 
 
 def pipeline(filters: Any) -> Pipeline:
-    """Interpret HSDS filter JSON (a list of ``{class, id, name, ...}``)."""
+    """Interpret HDF5 filter JSON (a list of ``{class, id, name, ...}``)."""
     fletcher32 = shuffle = False
     compressor: str | None = None
     unknown: str | None = None

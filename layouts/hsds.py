@@ -3,23 +3,29 @@
 Owns reading HSDS metadata JSON from a ``Store`` and building the object model
 from it: folders and domains (``.domain.json``), groups and links, datasets
 (shape, layout, filters, fill value, chunk store) and committed datatypes.
-Types and values are decoded by ``layouts.hsds_types``; chunks by
-``layouts.hsds_chunks``, or ``layouts.hsds_linked`` for datasets whose data
-stays in an HDF5 file (``hsload --link``); ids and keys by ``layouts.hsds_ids``.
+Types are parsed by ``layouts.h5types`` and values decoded by
+``layouts.hsds_values``; chunks by ``layouts.hsds_chunks``, or
+``layouts.hsds_linked`` for datasets whose data stays in an HDF5 file
+(``hsload --link``); ids and keys by ``layouts.hsds_ids``.
 
 Every failure leaves as ``NotFound`` (nothing there), ``Corrupt`` (stored bytes
 that are not valid HSDS, naming the key) or ``StorageError`` from the store.
 
-Metadata from a bucket someone else controls is held to bounds, so one hostile
-object gives ``Corrupt`` for itself alone and nothing built from it can exhaust
-memory or the stack later: every JSON object is read capped at
-``max_metadata`` bytes (``store.get_capped``); ranks, element sizes, element
-and byte counts are bounded (``MAX_RANK``, ``hsds_types.MAX_ITEM_BYTES``,
-``MAX_ELEMENTS``, ``MAX_CHUNK_ELEMENTS``, ``MAX_DATASET_BYTES``); JSON kept as
-stored (``domain`` info, a dataset's type, filters and layout) is checked by
-``hsds_types.check_json``. A link whose name no file name can show (empty,
-holding ``/``, not valid Unicode; see ``link_name_problem``) or whose JSON is
+Metadata from a bucket someone else controls is held to the bounds of
+``layouts.bounds``, so one hostile object gives ``Corrupt`` for itself alone
+and nothing built from it can exhaust memory or the stack later: every JSON
+object is read capped at ``max_metadata`` bytes (``storage.get_capped``);
+ranks, element sizes, element and byte counts are bounded (``MAX_RANK``,
+``MAX_ITEM_BYTES``, ``MAX_ELEMENTS``, ``check_sizes``); JSON kept as stored
+(``domain`` info, a dataset's type, filters and layout) is checked by
+``check_json``. A link whose name no file name can show (empty, holding
+``/``, not valid Unicode; see ``bounds.link_name_problem``) or whose JSON is
 malformed is left out of its group, logged once per group.
+
+As a source (``layouts.formats``): ``probe_place`` recognises a bucket in a
+directory or an object-store prefix, and ``open_place`` opens it (or the one
+domain ``--domain`` names), refusing with ``SourceError`` what cannot be
+mounted.
 
 Concurrency: ``HsdsCatalog`` keeps no mutable state, so any number of trio
 tasks may call it at once. Metadata JSON is small and parsed inline. The
@@ -33,19 +39,20 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from layouts import hsds_ids
-from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
-from layouts.hsds_linked import OpenUri, linked_chunks, linked_store
-from layouts.hsds_types import (
+from layouts import hsds_ids, storedjson
+from layouts.bounds import (
+    MAX_ELEMENTS,
     MAX_RANK,
-    MAX_TYPE_DEPTH,
-    FormatError,
-    attribute_value,
     check_json,
-    fill_value,
-    parsed_type,
+    check_sizes,
+    link_name_problem,
     valid_text,
 )
+from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, SourceError, report_once
+from layouts.h5types import MAX_TYPE_DEPTH, parsed_type
+from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
+from layouts.hsds_linked import linked_chunks, linked_store
+from layouts.hsds_values import attribute_value, fill_value
 from layouts.model import (
     AnyObject,
     Attribute,
@@ -53,28 +60,19 @@ from layouts.model import (
     Dataset,
     Datatype,
     Domain,
-    ElementType,
     Group,
     Link,
     LinkKind,
     ObjectKind,
 )
-from mountd import jsonvalue
-from mountd.errors import Corrupt, MountError, NotFound, report_once
-from mountd.io.store import DEFAULT_MAX_METADATA, Store, get_capped, get_many
+from layouts.places import Host, Place
+from layouts.storage import DEFAULT_MAX_METADATA, OpenUri, Store, get_capped, get_many
 
 log = logging.getLogger(__name__)
 
 DOMAIN_FILE = ".domain.json"
 #: Layout classes whose chunks live in another file (``hsload --link``).
 LINKED_LAYOUTS = ("H5D_CONTIGUOUS_REF", "H5D_CHUNKED_REF", "H5D_CHUNKED_REF_INDIRECT")
-#: Largest number of elements a dataset may declare (fits a signed 64-bit index).
-MAX_ELEMENTS = (1 << 63) - 1
-#: Largest chunk, in elements, accepted from a layout.
-MAX_CHUNK_ELEMENTS = (1 << 31) - 1
-#: Largest dataset, in bytes of fixed-size elements: its ``.npy`` file size
-#: (header included) must fit a signed 64-bit file offset.
-MAX_DATASET_BYTES = 1 << 62
 #: Times further from 1970 than this many seconds (about 31,000 years) are not times.
 MAX_TIME = 1e12
 #: Malformed links named in the one log line of a group that has them.
@@ -106,26 +104,9 @@ def _time(value: Any) -> float | None:
     return seconds if abs(seconds) < MAX_TIME else None  # NaN fails too
 
 
-def link_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be shown as a link's file name, or None if it can.
-
-    HDF5 itself allows none of these, but JSON can say them: an empty name
-    or one holding ``/`` makes the kernel refuse a whole directory listing,
-    and text that is not valid Unicode cannot be a file name at all. Other
-    names are shown escaped or cut by ``mountd.names``.
-    """
-    if not name:
-        return "a link name cannot be empty"
-    if "/" in name:
-        return "a link name cannot hold '/'"
-    if not valid_text(name):
-        return "a link name must be valid Unicode"
-    return None
-
-
 def _load_json(key: str, raw: bytes) -> dict[str, Any]:
     try:
-        doc = jsonvalue.loads(raw)
+        doc = storedjson.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise Corrupt(key, f"not valid JSON: {exc}") from exc
     if not isinstance(doc, dict):
@@ -163,12 +144,44 @@ async def probe(store: Store) -> bool:
     return False
 
 
+async def probe_place(place: Place) -> bool:
+    """True if ``place`` (a directory or bucket) holds an HSDS bucket (``probe``)."""
+    return place.store is not None and await probe(place.store)
+
+
+async def open_place(place: Place, host: Host) -> HsdsCatalog:
+    """The catalog of the bucket at ``place``, or of the one domain ``host.domain``
+    names; ``SourceError`` if that is not a domain with a root group."""
+    assert place.store is not None
+    source, domain = place.location, host.domain
+    single = None if domain is None else _domain_path(domain)
+    catalog = HsdsCatalog(place.store, single_domain=single, open_uri=host.storage_opener(),
+                          max_metadata=host.max_metadata)
+    if single is not None:
+        try:
+            found = await catalog.domain(single)
+        except NotFound:
+            raise SourceError(f"{source}: no such domain {domain}") from None
+        except LayoutError as exc:
+            raise SourceError(f"{source}: domain {domain}: {exc}") from exc
+        if found is None or found.root_id is None:
+            raise SourceError(f"{source}: {domain} is a folder, not a domain with a root group")
+    return catalog
+
+
+def _domain_path(domain: str) -> str:
+    path = domain.strip("/")
+    if not path:
+        raise SourceError("--domain needs a domain path such as /home/user/file.h5")
+    return path
+
+
 class HsdsCatalog:
     """A ``Catalog`` over an HSDS bucket stored in ``store``.
 
     ``single_domain`` (``/home/u/f.h5`` or ``home/u/f.h5``) mounts just that
     domain; it is kept without slashes at either end. ``open_uri`` opens the
-    HDF5 files that linked datasets name (``layouts.hsds_linked.OpenUri``);
+    HDF5 files that linked datasets name (``layouts.storage.OpenUri``);
     without it their chunks cannot be read, while their metadata still can.
     ``max_metadata`` is the largest JSON object read, in bytes (``Corrupt``
     beyond it).
@@ -247,32 +260,32 @@ class HsdsCatalog:
         return await self._object(obj_id)
 
     async def get_objects(self, domain: Domain,
-                          obj_ids: Sequence[str]) -> list[AnyObject | MountError]:
+                          obj_ids: Sequence[str]) -> list[AnyObject | LayoutError]:
         """Many objects at once, each or the error loading it raised, in order.
 
         The JSON of all of them is read with one ``get_many`` (one worker-thread
         call on a local directory, concurrent GETs elsewhere), then parsed here.
         """
-        hids: list[hsds_ids.HsdsId | MountError] = []
+        hids: list[hsds_ids.HsdsId | LayoutError] = []
         for obj_id in obj_ids:
             try:
                 hids.append(_parse_id(obj_id))
-            except MountError as exc:
+            except LayoutError as exc:
                 hids.append(exc)
-        found = [(hid, hid.json_key()) for hid in hids if not isinstance(hid, MountError)]
+        found = [(hid, hid.json_key()) for hid in hids if not isinstance(hid, LayoutError)]
         raws = iter(zip(found, await get_many(self._store, [key for _, key in found],
                                               self._max_metadata), strict=True))
-        out: list[AnyObject | MountError] = []
+        out: list[AnyObject | LayoutError] = []
         for item in hids:
-            if isinstance(item, MountError):
+            if isinstance(item, LayoutError):
                 out.append(item)
                 continue
             (hid, key), raw = next(raws)
             try:
-                if isinstance(raw, MountError):
+                if isinstance(raw, LayoutError):
                     raise raw
                 out.append(await self._build(hid, _object_json(key, raw)))
-            except MountError as exc:
+            except LayoutError as exc:
                 out.append(exc)
         return out
 
@@ -512,20 +525,3 @@ def _chunk_shape(shape: tuple[int, ...] | None, layout: Mapping[str, Any]) -> tu
     if len(chunks) != len(shape) or any(c <= 0 for c in chunks):
         raise FormatError(f"layout dims {list(chunks)} do not fit shape {list(shape)}")
     return chunks
-
-
-def check_sizes(shape: tuple[int, ...] | None, chunks: tuple[int, ...],
-                etype: ElementType) -> None:
-    """Raise ``FormatError`` for a chunk over ``MAX_CHUNK_ELEMENTS`` elements or
-    bytes, or a dataset over ``MAX_DATASET_BYTES`` (``MAX_ELEMENTS`` elements
-    of a variable-length type). Shared with the LINDI reader."""
-    elements = math.prod(chunks)
-    itemsize = etype.itemsize if etype.fixed_size else 1
-    if elements > MAX_CHUNK_ELEMENTS or elements * itemsize > MAX_CHUNK_ELEMENTS:
-        raise FormatError(f"chunk shape {list(chunks)} is too large")
-    total = math.prod(shape or ())
-    if total > MAX_ELEMENTS:
-        raise FormatError(f"shape {list(shape or ())} has too many elements")
-    if total * itemsize > MAX_DATASET_BYTES:
-        raise FormatError(f"shape {list(shape or ())} of {etype.dtype.str} items is too large")
-

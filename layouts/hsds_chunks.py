@@ -35,9 +35,10 @@ concurrent gets for a remote one), so tiny chunks do not each pay a thread
 hop; a missing object reads as None and a bad one as its error, each on its own.
 
 Concurrency: a store holds only immutable state and may be used from many trio
-tasks. Decoding a chunk (or a batch) whose stored or decoded size reaches
-``THREAD_THRESHOLD`` runs in a worker thread under the module-level
-``DECODE_LIMITER`` (2 threads); numcodecs and bitshuffle release the GIL.
+tasks. Decoding a chunk (or a batch) goes through ``layouts.decoding``: once
+its stored and decoded size reaches ``THREAD_THRESHOLD`` it runs in a worker
+thread under the process-wide ``DECODE_LIMITER``; numcodecs and bitshuffle
+release the GIL.
 """
 
 from __future__ import annotations
@@ -45,53 +46,31 @@ from __future__ import annotations
 import logging
 import math
 import struct
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numcodecs
 import numpy as np
-import trio
 
 from layouts import hsds_ids
-from layouts.hsds_types import FormatError, HType, read_count, read_elements, to_plain
+from layouts.decoding import decode_sized
+from layouts.errors import Corrupt, FormatError, LayoutError, NotFound
+from layouts.h5filters import filter_classes
+from layouts.h5types import HType
+from layouts.hsds_values import read_count, read_elements, to_plain
 from layouts.inflate import MAX_VLEN_CHUNK_BYTES, blosc_sizes, inflate, unblosc
 from layouts.model import ChunkIndex, ElementType, VlenKind, chunk_grid, in_chunk_grid
-from mountd.errors import Corrupt, MountError, NotFound
-from mountd.io.store import Store, get_many
+from layouts.storage import Store, get_many
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-#: Chunks at least this large (stored plus decoded bytes) are decoded in a worker thread.
-THREAD_THRESHOLD = 64 * 1024
-#: Limits concurrent chunk decoding across all datasets.
-DECODE_LIMITER = trio.CapacityLimiter(2)
-#: Largest stored chunk object (or HDF5 chunk of a linked dataset) accepted, in bytes.
-MAX_CHUNK_BYTES = (1 << 31) - 1
 
 _NOOP = {"H5Z_FILTER_NONE", "H5Z_FILTER_FLETCHER32", "H5Z_FILTER_NBIT",
          "H5Z_FILTER_SCALEOFFSET"}
 _COMPRESSORS = {"H5Z_FILTER_DEFLATE", "H5Z_FILTER_LZF", "H5Z_FILTER_BLOSC", "H5Z_FILTER_SNAPPY",
                 "H5Z_FILTER_LZ4", "H5Z_FILTER_LZ4HC", "H5Z_FILTER_ZSTD"}
-_CLASS_BY_ID = {0: "H5Z_FILTER_NONE", 1: "H5Z_FILTER_DEFLATE", 2: "H5Z_FILTER_SHUFFLE",
-                3: "H5Z_FILTER_FLETCHER32", 5: "H5Z_FILTER_NBIT", 6: "H5Z_FILTER_SCALEOFFSET",
-                32000: "H5Z_FILTER_LZF", 32001: "H5Z_FILTER_BLOSC", 32003: "H5Z_FILTER_SNAPPY",
-                32004: "H5Z_FILTER_LZ4", 32005: "H5Z_FILTER_LZ4HC",
-                32008: "H5Z_FILTER_BITSHUFFLE", 32015: "H5Z_FILTER_ZSTD"}
-_KNOWN_CLASSES = frozenset(_CLASS_BY_ID.values())
 _ITEM_COUNT = struct.Struct("<I")
 
-
-
-async def decode_sized(nbytes: int, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``: in a worker thread under ``DECODE_LIMITER`` when ``nbytes`` (the
-    bytes it reads and writes) reaches ``THREAD_THRESHOLD``, else right here. Shared by
-    every chunk reader, so one limit holds for all decoding in the process."""
-    if nbytes >= THREAD_THRESHOLD:
-        return await trio.to_thread.run_sync(fn, *args, limiter=DECODE_LIMITER)
-    return fn(*args)
 
 @dataclass(frozen=True, slots=True)
 class FilterPlan:
@@ -103,28 +82,6 @@ class FilterPlan:
     bitshuffle: bool = False
     #: Description of the first filter this reader does not know, if any.
     unknown: str | None = None
-
-
-def filter_classes(filters: Any) -> list[tuple[str | None, Mapping[str, Any]]]:
-    """Each filter of HSDS filter JSON (a list of ``{class, id, name, ...}``) with its
-    ``H5Z_FILTER_*`` class: its ``class`` when that names a known filter, else the
-    class of its numeric ``id``, else None. Shared by the HSDS chunk reader here
-    and the HDF5 chunk reader of linked datasets (``layouts.h5filters``)."""
-    if filters is None:
-        return []
-    if not isinstance(filters, list):
-        raise FormatError("filters must be a list")
-    out: list[tuple[str | None, Mapping[str, Any]]] = []
-    for item in filters:
-        if not isinstance(item, Mapping):
-            raise FormatError(f"filter must be an object, got {item!r}")
-        cls = item.get("class")
-        if cls not in _KNOWN_CLASSES:
-            fid = item.get("id")
-            cls = _CLASS_BY_ID.get(fid) if isinstance(fid, int) and not isinstance(fid, bool) \
-                else None
-        out.append((cls, item))
-    return out
 
 
 def filter_plan(filters: Any) -> FilterPlan:
@@ -392,13 +349,13 @@ class HsdsChunkStore:
         return await decode_sized(len(raw) + (self._spec.nbytes or len(raw)),
                                   decode_chunk, raw, self._spec, key)
 
-    async def read_many(self, indices: Sequence[ChunkIndex]) -> list[bytes | MountError | None]:
+    async def read_many(self, indices: Sequence[ChunkIndex]) -> list[bytes | LayoutError | None]:
         """``read`` of every index, in order, each a chunk, None or the error: the
         objects are read with one ``get_many`` and decoded together (in one
         worker-thread call once the batch reaches ``THREAD_THRESHOLD``)."""
         if self._spec.plan.unknown:
             raise Corrupt(self._dset.json_key(), f"unsupported filter {self._spec.plan.unknown}")
-        out: list[bytes | MountError | None] = [None] * len(indices)
+        out: list[bytes | LayoutError | None] = [None] * len(indices)
         where: list[int] = []
         keys: list[str] = []
         for pos, index in enumerate(indices):
@@ -416,12 +373,12 @@ class HsdsChunkStore:
         return out
 
     def _decode_all(self, keys: Sequence[str],
-                    raws: Sequence[bytes | MountError]) -> list[bytes | MountError | None]:
-        out: list[bytes | MountError | None] = []
+                    raws: Sequence[bytes | LayoutError]) -> list[bytes | LayoutError | None]:
+        out: list[bytes | LayoutError | None] = []
         for key, raw in zip(keys, raws, strict=True):
             if isinstance(raw, NotFound):
                 out.append(None)
-            elif isinstance(raw, MountError):
+            elif isinstance(raw, LayoutError):
                 out.append(raw)
             elif not raw:
                 out.append(Corrupt(key, "chunk object is empty"))

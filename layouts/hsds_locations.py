@@ -1,10 +1,10 @@
 """Where the HDF5 chunks of a linked HSDS dataset are (``H5D_CHUNKED_REF*``).
 
-Owns ``Piece`` (one stored HDF5 chunk: file, byte range, place in the HSDS
-chunk), the ``Locator`` protocol ``layouts.hsds_linked`` reads through, and
-its two implementations: ``ChunkMap`` for the ``chunks`` map of
-``H5D_CHUNKED_REF`` and ``ChunkTable`` for the chunk table dataset of
-``H5D_CHUNKED_REF_INDIRECT`` (``hsds/dset_lib.py`` ``getChunkLocations``).
+Owns HSDS's two ways of saying it, each a ``Locator`` of ``layouts.h5linked``
+(which reads the ``Piece`` it gives): ``chunk_map`` parses the ``chunks`` map
+of ``H5D_CHUNKED_REF`` into a ``ChunkMap``, and ``ChunkTable`` reads the chunk
+table dataset of ``H5D_CHUNKED_REF_INDIRECT`` (``hsds/dset_lib.py``
+``getChunkLocations``).
 
 A chunk table holds one ``(offset, size[, file_uri])`` row per HDF5 chunk,
 indexed like the HDF5 chunk grid; HSDS reads the fields by position. A row of
@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numcodecs
 import numpy as np
 
 from layouts import hsds_ids
-from layouts.hsds_chunks import MAX_CHUNK_BYTES
-from layouts.hsds_types import FormatError
+from layouts.bounds import MAX_CHUNK_BYTES
+from layouts.errors import Corrupt, FormatError
+from layouts.h5linked import ChunkMap, Piece, location
 from layouts.model import ChunkIndex, Dataset, VlenKind
-from mountd.errors import Corrupt
 
 #: Loads a chunk table dataset by id (given by the catalog).
 LoadTable = Callable[[str], Awaitable[Dataset]]
@@ -42,81 +42,18 @@ LoadTable = Callable[[str], Awaitable[Dataset]]
 TABLE_CACHE_BYTES = 8 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """One stored HDF5 chunk, and where its first element goes in the HSDS chunk."""
-
-    uri: str
-    offset: int
-    size: int
-    at: tuple[int, ...]
-
-    @property
-    def name(self) -> str:
-        """How errors about these bytes name them."""
-        return f"{self.uri}@{self.offset}"
-
-
-class Locator(Protocol):
-    """Where the HDF5 chunks of each HSDS chunk are (``H5D_CHUNKED_REF*``)."""
-
-    @property
-    def piece_shape(self) -> tuple[int, ...]:
-        """The shape of one HDF5 chunk."""
-        ...
-
-    async def pieces(self, index: ChunkIndex) -> list[Piece]:
-        """The stored HDF5 chunks of the HSDS chunk at ``index`` (in the grid)."""
-        ...
-
-    def indices(self) -> AsyncIterator[ChunkIndex]:
-        """HSDS chunk indices with at least one stored HDF5 chunk (maybe off the grid)."""
-        ...
-
-
-def location(value: Any, what: str, limit: int = MAX_CHUNK_BYTES) -> tuple[int, int]:
-    """(offset, size) of stored bytes; FormatError if they are not sane."""
-    if not isinstance(value, Sequence) or len(value) < 2:
-        raise FormatError(f"{what}: expected [offset, size], got {value!r}")
-    offset, size = value[0], value[1]
-    for v in (offset, size):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise FormatError(f"{what}: offset and size must be integers, got {value!r}")
-    offset, size = int(offset), int(size)
-    if offset < 0 or not 0 <= size <= limit:
-        raise FormatError(f"{what}: bad offset {offset} or size {size}")
-    return offset, size
-
-
-class ChunkMap:
-    """``H5D_CHUNKED_REF``: the layout's ``chunks`` map, parsed at ``get_object``."""
-
-    def __init__(self, uri: str, chunks: tuple[int, ...], entries: Any) -> None:
-        if not isinstance(entries, Mapping):
-            raise FormatError("H5D_CHUNKED_REF chunks must be an object")
-        self._uri = uri
-        self._shape = chunks
-        self._entries: dict[ChunkIndex, tuple[int, int]] = {}
-        for name, value in entries.items():
-            index = hsds_ids.parse_chunk_name(str(name), len(chunks))
-            if index is None:
-                raise FormatError(f"H5D_CHUNKED_REF chunk name {name!r} is not an index")
-            self._entries[index] = location(value, f"chunk {name}")
-
-    @property
-    def piece_shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    async def pieces(self, index: ChunkIndex) -> list[Piece]:
-        offset, size = self._entries.get(index, (0, 0))
-        if not size:
-            return []
-        return [Piece(self._uri, offset, size, (0,) * len(index))]
-
-    async def indices(self) -> AsyncIterator[ChunkIndex]:
-        for index, (_, size) in self._entries.items():
-            if size:
-                yield index
+def chunk_map(uri: str, chunks: tuple[int, ...], entries: Any) -> ChunkMap:
+    """``H5D_CHUNKED_REF``: the layout's ``chunks`` map (``{"i_j": [offset, size]}``),
+    parsed at ``get_object``."""
+    if not isinstance(entries, Mapping):
+        raise FormatError("H5D_CHUNKED_REF chunks must be an object")
+    found: dict[ChunkIndex, tuple[int, int]] = {}
+    for name, value in entries.items():
+        index = hsds_ids.parse_chunk_name(str(name), len(chunks))
+        if index is None:
+            raise FormatError(f"H5D_CHUNKED_REF chunk name {name!r} is not an index")
+        found[index] = location(value, f"chunk {name}")
+    return ChunkMap(uri, chunks, found)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 import deflate
 import numcodecs
 
-from mountd.errors import Corrupt
+from layouts.errors import Corrupt
 
 #: The most bytes a chunk of variable-length elements (or the JSON text a LINDI
 #: ``json2`` chunk is) may decode to. Nothing states their size, so this is a

@@ -31,22 +31,22 @@ Errors: ``NotFound`` for an id that names nothing; ``Corrupt`` naming the key
 for metadata that is not valid, on that object only; read errors of the
 storage (``StorageError``, ``Forbidden``) propagate unchanged.
 
-A reference file may be hostile, so its metadata is held to the HSDS reader's
-bounds (``hsds.check_sizes``, ``hsds_types.check_json``): a ``.zattrs`` or
-``.zarray`` is read capped at ``max_metadata`` bytes and nested at most
-``MAX_JSON_DEPTH`` deep, a ``.zarray`` has at most ``MAX_RANK`` dimensions.
-A child whose name no file name can show (``hsds.link_name_problem``: empty,
-from a key with ``//``; not valid Unicode) is left out of its group, logged
-once per group. The key index is built without recursion, and the paths of
-implicit groups it makes up are bounded by ``MAX_IMPLICIT_BYTES`` in all, so
-keys nested ever deeper without ``.zgroup`` cannot make it grow faster than
-the file.
+A reference file may be hostile, so its metadata is held to the bounds every
+reader shares (``layouts.bounds``: ``check_sizes``, ``check_json``): a
+``.zattrs`` or ``.zarray`` is read capped at ``max_metadata`` bytes and nested
+at most ``MAX_JSON_DEPTH`` deep, a ``.zarray`` has at most ``MAX_RANK``
+dimensions. A child whose name no file name can show
+(``bounds.link_name_problem``: empty, from a key with ``//``; not valid
+Unicode) is left out of its group, logged once per group. The key index is
+built without recursion, and the paths of implicit groups it makes up are
+bounded by ``MAX_IMPLICIT_BYTES`` in all, so keys nested ever deeper without
+``.zgroup`` cannot make it grow faster than the file.
 
 Concurrency: objects are built lazily and memoised; the memo is filled with
 no await between its check and its set (``dict.setdefault``), so any number
 of trio tasks may call the catalog and a race only builds an object twice.
-Chunks of ``THREAD_THRESHOLD`` bytes or more are decoded in a worker thread
-under ``hsds_chunks.DECODE_LIMITER``. The ``OpenUri`` given must not block.
+Chunks are decoded through ``layouts.decoding`` (in a worker thread once they
+reach ``THREAD_THRESHOLD`` bytes). The ``OpenUri`` given must not block.
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from layouts.hsds import check_sizes, link_name_problem
-from layouts.hsds_chunks import decode_sized
-from layouts.hsds_linked import LinkedFiles, OpenUri
-from layouts.hsds_types import MAX_RANK, FormatError, check_json, element_type, parse_type
+from layouts.bounds import MAX_RANK, check_json, check_sizes, link_name_problem
+from layouts.decoding import decode_sized
+from layouts.errors import Corrupt, FormatError, NotFound, StorageError, report_once
+from layouts.h5linked import LinkedFiles
+from layouts.h5types import element_type, parse_type
 from layouts.lindi_codecs import (
     ChunkSpec,
     Codecs,
@@ -100,8 +101,7 @@ from layouts.model import (
     chunk_grid,
     in_chunk_grid,
 )
-from mountd.errors import Corrupt, NotFound, StorageError, report_once
-from mountd.io.store import DEFAULT_MAX_METADATA, ByteRange, too_large
+from layouts.storage import DEFAULT_MAX_METADATA, ByteRange, OpenUri, too_large
 
 log = logging.getLogger(__name__)
 

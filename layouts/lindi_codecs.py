@@ -53,10 +53,9 @@ import numcodecs
 import numpy as np
 from numcodecs.abc import Codec
 
-from layouts.hsds_types import FormatError
+from layouts.errors import Corrupt, FormatError
 from layouts.inflate import MAX_VLEN_CHUNK_BYTES, gunzip, inflate, unblosc, unlz4, unzstd
 from layouts.lindi_types import nested_items, reference_path
-from mountd.errors import Corrupt
 
 #: Codecs on bytes that are undone here (numcodecs ids).
 BYTE_CODECS = frozenset({"blosc", "zlib", "gzip", "zstd", "lz4", "shuffle", "fletcher32"})

@@ -13,10 +13,11 @@ How a dataset is read is planned once, from h5py's view of it:
 * chunked, with the same chunk shape as the ``.zarray``, no filter skipped
   in any chunk, and filters ``layouts.h5filters`` can undo: h5py gives each
   stored chunk's byte range, and chunks are then read exactly like a linked
-  HSDS dataset (``ChunkedRefStore``): parallel range reads, neighbours
-  merged, decoded in worker threads. This is the fast path large arrays take.
+  HSDS dataset (``layouts.h5linked.ChunkedRefStore``): parallel range reads,
+  neighbours merged, decoded in worker threads. This is the fast path large
+  arrays take.
 * contiguous and unfiltered: one byte span, cut into the ``.zarray`` grid
-  (``ContiguousRefStore``).
+  (``h5linked.ContiguousRefStore``).
 * anything else (compact, other grids, unknown filters, variable-length
   types): h5py reads each chunk's region itself, serially, and the result is
   padded to the full chunk with the fill value.
@@ -51,18 +52,19 @@ import numcodecs
 import numpy as np
 import trio
 
+from layouts.errors import Corrupt, LayoutError, NotFound, StorageError
 from layouts.h5filters import check_for_hdf5, pipeline, stored_limit
-from layouts.hsds_linked import (
+from layouts.h5linked import (
     ChunkedRefStore,
+    ChunkMap,
     ContiguousRefStore,
     LinkedFiles,
     LinkedSpec,
-    OpenUri,
+    location,
 )
-from layouts.hsds_locations import ChunkMap
 from layouts.lindi import DatasetShape
 from layouts.model import ChunkIndex, ChunkStore, VlenKind, chunk_grid, in_chunk_grid
-from mountd.errors import Corrupt, MountError, NotFound, StorageError
+from layouts.storage import OpenUri
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +222,7 @@ class ExternalArrayStore:
                    for code, _flags, _values, name in
                    (plist.get_filter(i) for i in range(plist.get_nfilters()))]
         pipe = pipeline(filters)
-        entries: dict[str, list[int]] = {}
+        entries: dict[ChunkIndex, list[int]] = {}
         masked = False
         chunks = tuple(ds.chunks)
         for i in range(dsid.get_num_chunks()):
@@ -229,24 +231,27 @@ class ExternalArrayStore:
                 continue
             masked = masked or info.filter_mask != 0
             index = tuple(o // c for o, c in zip(info.chunk_offset, chunks, strict=True))
-            entries[_chunk_key(index)] = [info.byte_offset, info.size]
+            entries[index] = [info.byte_offset, info.size]
         if chunks != spec.chunks:
             # Other grids: a .zarray chunk is stored if any HDF5 chunk overlaps it.
             stored: set[ChunkIndex] = set()
-            for key in entries:
+            for index in entries:
                 spans = [range(o * h // c, (min((o + 1) * h, n) - 1) // c + 1)
-                         for o, h, c, n in zip(map(int, key.split("_")), chunks, spec.chunks,
-                                               spec.shape, strict=True)]
+                         for o, h, c, n in zip(index, chunks, spec.chunks, spec.shape,
+                                               strict=True)]
                 stored.update(itertools.product(*spans))
             return _Plan(frozenset(stored), None)
-        stored = frozenset(tuple(map(int, key.split("_"))) for key in entries)
+        stored = frozenset(entries)
         if masked or pipe.unknown or ds.dtype.kind in "O" or \
                 ds.dtype.itemsize != spec.dtype.itemsize:
             log.debug("%s: read through h5py (filter mask %s, unknown filter %s)",
                       self._what, masked, pipe.unknown)
             return _Plan(stored, None)
+        # Read as linked chunks: each location is held to a stored chunk's bounds first.
+        locations = {index: location(value, f"chunk {_chunk_key(index)}")
+                     for index, value in entries.items()}
         fast = ChunkedRefStore(self._linked_spec(pipe), self._file.files,
-                               ChunkMap(self._file.url, chunks, entries))
+                               ChunkMap(self._file.url, chunks, locations))
         return _Plan(stored, fast)
 
     async def exists(self, index: ChunkIndex) -> bool:
@@ -266,7 +271,7 @@ class ExternalArrayStore:
             return await plan.fast.read(index)
         try:
             return await self._file.run(lambda h5: self._read_region(h5, index))
-        except MountError:
+        except LayoutError:
             raise
         except (OSError, ValueError, TypeError) as exc:
             raise Corrupt(self._what, f"h5py cannot read chunk {list(index)}: {exc}") from exc

@@ -62,9 +62,8 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import trio
 
-from layouts.hsds_linked import OpenUri
-from mountd.errors import NotFound
-from mountd.io.store import ByteRange, Store
+from layouts.errors import NotFound
+from layouts.storage import ByteRange, OpenUri, Store
 
 log = logging.getLogger(__name__)
 

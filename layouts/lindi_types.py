@@ -8,7 +8,7 @@ expressed the way the HSDS reader shows the same HDF5 file:
   dtype (what HSDS stores for the same h5py dtype: ``H5T_STD_I8LE`` for any
   one-byte integer, h5py's ``FALSE/TRUE`` enum for ``bool``, ``H5T_CSET_ASCII``
   fixed strings). The model's ``ElementType`` is then built by
-  ``layouts.hsds_types`` from that JSON, so dtypes and sidecar ``dtype``
+  ``layouts.h5types`` from that JSON, so dtypes and sidecar ``dtype``
   values are the HSDS reader's own.
 * ``compound_type``: LINDI's ``_COMPOUND_DTYPE [[name, type], ...]``; a
   ``<REFERENCE>`` field becomes an ``H5T_REFERENCE`` of ``ref_width`` bytes
@@ -25,7 +25,7 @@ What JSON cannot keep (and so differs from HSDS): the charset of strings
 (plain integers), attribute types (``Attribute.dtype`` is None).
 
 Pure synchronous code without shared state; errors raise
-``hsds_types.FormatError``, which callers turn into ``Corrupt`` naming the key.
+``layouts.errors.FormatError``, which callers turn into ``Corrupt`` naming the key.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from layouts.hsds_types import MAX_ITEM_BYTES, MAX_RANK, FormatError
+from layouts.bounds import MAX_ITEM_BYTES, MAX_RANK
+from layouts.errors import FormatError
 from layouts.model import Attribute, ElementType, ObjectRef
 
 #: ``.zattrs`` keys that are annotations, not HDF5 attributes (lindi's

@@ -10,8 +10,9 @@ the chunks after it that fill the window, in grid order, from the watermark
 on, at most ``AHEAD_CHUNKS`` past the read; so one read costs about one
 prefetch once the window is full, and a refused prefetch is asked for again
 on the next read. A jump (reading far from the expected chunk) resets the
-window. ``AHEAD_CHUNKS`` also bounds the ``.npy`` readahead: a window of
-tiny chunks is bounded by their count as well as their bytes.
+window. ``AHEAD_CHUNKS`` (the view API's bound, ``layouts.viewapi``, which
+the ``.npy`` readahead keeps too) bounds a window of tiny chunks by their
+count as well as their bytes.
 
 State is kept for the ``max_datasets`` datasets read most recently.
 
@@ -28,14 +29,13 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from layouts.model import ChunkIndex, Dataset
+from layouts.viewapi import AHEAD_CHUNKS
 from mountd.chunkbatch import chunk_bytes
 from mountd.chunkcache import ENTRY_OVERHEAD
 from mountd.io.readahead import START, ReadaheadWindow
 
 #: Datasets whose sequential state is kept.
 MAX_DATASETS = 256
-#: Most chunks read ahead of one read, however small they are.
-AHEAD_CHUNKS = 32768
 
 
 def chunk_unit(ds: Dataset) -> int:

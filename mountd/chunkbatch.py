@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
+from layouts.gather import outcomes
 from layouts.model import ChunkIndex, Dataset
 from mountd.chunkcache import Outcome
-from mountd.gather import outcomes
 
 #: Most chunks in one batch.
 MAX_BATCH = 256

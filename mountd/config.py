@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from mountd.io.store import DEFAULT_MAX_METADATA
+from layouts.storage import DEFAULT_MAX_METADATA
 
 #: fstab/mount(8) options that only matter to mount(8) itself; accepted and ignored.
 _MOUNT_ONLY = {"defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser",

@@ -31,6 +31,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from layouts.views import VIEWS
 from mountd import logsafe, stats
 from mountd.acls import AclPolicy, read_map
 from mountd.chunkcache import ChunkCache
@@ -38,7 +39,6 @@ from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
 from mountd.metacache import CachedCatalog
-from mountd.npy import NpyView
 from mountd.sources import Source, open_source
 from mountd.tree import Tree
 
@@ -238,7 +238,7 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     keep_freed_memory()
     tune_gc()
     cache = ChunkCache(config.chunk_cache)
-    tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl), views=[NpyView()],
+    tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl), views=VIEWS,
                 ttl=config.metadata_ttl, chunk_cache=cache)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
                      acls=acl_policy(config))

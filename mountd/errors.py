@@ -1,84 +1,38 @@
-"""Error classes shared by storage, layouts and the tree, and the log-once rule.
+"""The error vocabulary of ``mountd``: the errors of the layouts' port, by their mountd names.
 
-Everything below the FUSE layer raises these; ``fuse_ops`` is the one place
-that turns them into an errno. ``NotFound`` means "this name or key does not
-exist" (ENOENT), ``Corrupt`` means stored bytes cannot be decoded (EIO),
-``StorageError`` means the storage could not be read (EIO), ``Forbidden``
-means a reference points somewhere it may not (EACCES).
-
-``report_once`` logs an error the first time a given key fails, so one broken
-object does not flood the log when the kernel retries it; ``report_unexpected``
-does the same for exceptions that are bugs (with their traceback). The keys
-logged are remembered in a bounded LRU (``REPORTED_MAX``), so a mount that
-meets millions of broken objects does not grow without end; a key forgotten
-is logged again. Plain synchronous code, safe from any task or thread
-holding the GIL.
+The error types and the log-once rule belong to ``layouts.errors`` (imports
+run ``mountd`` -> ``layouts`` only); this module re-exports the same objects,
+so mountd code imports its errors from one place. ``MountError`` is
+``layouts.errors.LayoutError`` itself: ``except MountError`` catches every
+error raised on purpose, by a store, a format or the daemon. ``fuse_ops`` is
+the one place that turns them into an errno.
 """
 
 from __future__ import annotations
 
-import logging
-from collections import OrderedDict
+from layouts.errors import (
+    Changed,
+    Corrupt,
+    Forbidden,
+    LayoutError,
+    NotFound,
+    SourceError,
+    StorageError,
+    report_once,
+    report_unexpected,
+)
 
-log = logging.getLogger(__name__)
+#: The base of every error h5mount raises on purpose (``layouts.errors.LayoutError``).
+MountError = LayoutError
 
-
-class MountError(Exception):
-    """Base class for every error h5mount raises on purpose."""
-
-
-class NotFound(MountError):
-    """A key, object or name does not exist."""
-
-
-class StorageError(MountError):
-    """Storage could not be read. ``key`` names what was being read."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"{key}: {reason}")
-        self.key = key
-        self.reason = reason
-
-
-class Changed(StorageError):
-    """The object is no longer the version a caller had (its etag differs)."""
-
-
-class Corrupt(StorageError):
-    """Stored bytes were read but are not valid for their format."""
-
-
-class Forbidden(MountError):
-    """A reference points at a location this mount may not read."""
-
-
-class SourceError(MountError):
-    """The mount source is unknown or unreadable; raised before mounting."""
-
-
-#: Most keys remembered as already logged.
-REPORTED_MAX = 10_000
-_reported: OrderedDict[str, None] = OrderedDict()
-
-
-def _first_report(key: str) -> bool:
-    """True the first time ``key`` is seen (since it was last forgotten)."""
-    if key in _reported:
-        _reported.move_to_end(key)
-        return False
-    _reported[key] = None
-    if len(_reported) > REPORTED_MAX:
-        _reported.popitem(last=False)
-    return True
-
-
-def report_once(err: StorageError) -> None:
-    """Log ``err`` unless an error for the same key was logged before."""
-    if _first_report(err.key):
-        log.error("cannot read %s: %s", err.key, err.reason)
-
-
-def report_unexpected(where: str, exc: BaseException) -> None:
-    """Log an exception that is a bug, with its traceback, once per place and kind."""
-    if _first_report(f"{where}: {type(exc).__name__}: {exc}"):
-        log.error("unexpected error in %s", where, exc_info=exc)
+__all__ = [
+    "Changed",
+    "Corrupt",
+    "Forbidden",
+    "MountError",
+    "NotFound",
+    "SourceError",
+    "StorageError",
+    "report_once",
+    "report_unexpected",
+]

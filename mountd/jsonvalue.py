@@ -111,18 +111,6 @@ def encode_indented(plain: Any) -> bytes:
         return text.encode("utf-8", "surrogateescape")
 
 
-def loads(raw: bytes) -> Any:
-    """Parse JSON from storage: orjson, or ``json`` for what orjson refuses
-    (``NaN``/``Infinity`` literals, integers past 64 bits, lone surrogates).
-
-    Raises ``ValueError`` (``UnicodeDecodeError`` included) if it is not JSON.
-    """
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw.decode("utf-8"))
-
-
 def iter_refs(value: Any) -> Iterator[ObjectRef]:
     """Every ``ObjectRef`` inside a model value, so a caller can resolve them first."""
     if value is None or isinstance(value, str | int | float | bytes):

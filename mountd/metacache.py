@@ -22,9 +22,9 @@ from typing import Any
 
 import trio
 
+from layouts.gather import outcomes
 from layouts.model import AnyObject, Catalog, Domain
 from mountd.errors import MountError
-from mountd.gather import outcomes
 
 #: Objects fetched at once, one by one, from a catalog without ``get_objects``.
 FETCH_CONCURRENCY = 64

@@ -68,6 +68,11 @@ class Node(ABC):
     async def stat(self) -> Stat:
         """Size and times; may raise MountError."""
 
+    async def listed(self) -> Stat:
+        """The stat a directory listing gives: ``stat``, unless the size costs
+        work to learn; then a stand-in (``exact`` False) that ``stat`` replaces."""
+        return await self.stat()
+
     async def xattrs(self) -> dict[str, bytes]:
         """Extended attributes, by full name (``user.h5.id``)."""
         return {}
@@ -83,7 +88,7 @@ async def listed_stat(node: Node) -> Stat:
     if its metadata is broken: a listing must not fail because one child is
     corrupt; the child then gives EIO when it is opened or looked up."""
     try:
-        return await node.stat()
+        return await node.listed()
     except StorageError as exc:
         report_once(exc)
     except MountError:

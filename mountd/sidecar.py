@@ -1,30 +1,21 @@
 """The metadata documents of one HDF5 object: the ``.json`` sidecar and xattrs.
 
-Owns the sidecar's shape (MOUNT-SPEC.md, "Sidecar JSON") and the
-``user.h5.*`` extended attributes. Works on model objects; the only I/O is
-through the callables it is given (reading a scalar's one chunk, resolving
-object references to paths). Stateless; safe from any number of tasks.
+Owns the sidecar's shape (MOUNT-SPEC.md, "Sidecar JSON"), with the keys
+views add to it (``layouts.viewapi.View.sidecar``, given here by the tree),
+and the ``user.h5.*`` extended attributes. Works on model objects; the only
+I/O is through the callables it is given (reading a scalar's one chunk,
+resolving object references to paths). Stateless; safe from any number of
+tasks.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-import numcodecs
-import numpy as np
-
-from layouts.model import (
-    AnyObject,
-    Dataset,
-    Datatype,
-    Domain,
-    Group,
-    LinkKind,
-    ObjectRef,
-    VlenKind,
-)
+from layouts.arrays import decode_chunk
+from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, LinkKind, ObjectRef
 from mountd import jsonvalue
 
 log = logging.getLogger(__name__)
@@ -44,23 +35,6 @@ async def resolved_jsonable(value: Any, resolve: RefResolver,
     scan = [value] if holding_refs is None else holding_refs
     refs = {ref: await resolve(ref) for part in scan for ref in set(jsonvalue.iter_refs(part))}
     return jsonvalue.jsonable(value, refs)
-
-
-def decode_chunk(ds: Dataset, data: bytes) -> np.ndarray:
-    """A chunk file's bytes as a flat array of the dataset's elements."""
-    vlen = ds.type.vlen
-    if vlen is None:
-        return np.frombuffer(data, dtype=ds.type.dtype)
-    codec: numcodecs.abc.Codec
-    if vlen is VlenKind.UTF8:
-        codec = numcodecs.VLenUTF8()
-    elif vlen is VlenKind.BYTES:
-        codec = numcodecs.VLenBytes()
-    elif vlen is VlenKind.ARRAY:
-        codec = numcodecs.VLenArray(ds.type.vlen_base)
-    else:
-        codec = numcodecs.JSON()
-    return np.asarray(codec.decode(data)).reshape(-1)
 
 
 async def scalar_value(ds: Dataset) -> Any:
@@ -83,11 +57,13 @@ def _dataset_fields(ds: Dataset) -> dict[str, Any]:
 
 
 async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
-                           resolve: RefResolver) -> dict[str, Any]:
+                           resolve: RefResolver,
+                           views: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The sidecar of ``obj`` reached at ``h5path`` as JSON-safe Python.
 
     ``domain`` is given for a domain's root group, whose sidecar carries the
-    domain's own metadata.
+    domain's own metadata. ``views`` are the keys views add, after the
+    sidecar's own (which they cannot replace).
     """
     doc: dict[str, Any] = {"kind": obj.kind.value, "path": h5path, "id": obj.id}
     if isinstance(obj, Dataset):
@@ -106,8 +82,12 @@ async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
     doc["attributes"] = {a.name: a.value for a in obj.attrs}
     doc["created"] = obj.created
     doc["modified"] = obj.modified
-    # References live in attribute values and data; the rest is storage JSON.
-    holding = [*doc["attributes"].values(), doc.get("value"), doc.get("fill_value")]
+    added = {key: value for key, value in (views or {}).items() if key not in doc}
+    doc.update(added)
+    # References live in attribute values, data and what views add; the rest
+    # is storage JSON.
+    holding = [*doc["attributes"].values(), doc.get("value"), doc.get("fill_value"),
+               *added.values()]
     result: dict[str, Any] = await resolved_jsonable(doc, resolve, holding)
     return result
 
@@ -126,8 +106,8 @@ def stored_links(group: Group) -> dict[str, dict[str, str | None]]:
 
 
 async def sidecar_bytes(obj: AnyObject, h5path: str, domain: Domain | None,
-                        resolve: RefResolver) -> bytes:
-    doc = await sidecar_document(obj, h5path, domain, resolve)
+                        resolve: RefResolver, views: Mapping[str, Any] | None = None) -> bytes:
+    doc = await sidecar_document(obj, h5path, domain, resolve, views)
     return jsonvalue.encode_indented(doc) + b"\n"
 
 

@@ -1,10 +1,14 @@
-"""Which kind of source a SOURCE argument is, and the catalog that reads it.
+"""Which kind of place a SOURCE argument names, and the catalog that reads it.
 
-Owns source detection (by content, not only by name), the construction of the
-stores and layout for it, and their lifetime: ``open_source`` is an async
-context manager because an S3 client must stay open while the mount is
-served. It runs once before mounting, so an unknown or unreadable source is
-refused with one clear message (``SourceError``).
+Owns turning SOURCE into a ``layouts.places.Place`` (by its scheme, and for a
+local path whether it is a directory), the stores and openers for it, and
+their lifetime: ``open_source`` is an async context manager because an S3 or
+HTTP client must stay open while the mount is served. Which format the place
+holds is not decided here: ``layouts.formats.FORMATS`` is walked in order and
+the first format whose ``probe`` claims the place opens it, given a ``Host``
+(``_Host``) that lends it what only the daemon has. It runs once before
+mounting, so an unknown or unreadable source is refused with one clear
+message (``SourceError``).
 
 Remote objects are read through one ``BlockCache`` shared by every store of
 the mount: the bucket itself, the HDF5 files that linked datasets point
@@ -19,7 +23,8 @@ or ``file://`` ref in it is refused with ``Forbidden`` (EACCES, logged once
 per location) unless ``-o allow_local_refs``. Other schemes are refused.
 
 Concurrency: the ``OpenUri`` resolvers only build and memoise store objects
-(no ``await``), so tasks may call them freely.
+(no ``await``), so tasks may call them freely. A ``_Host`` is used by the one
+task opening the source.
 """
 
 from __future__ import annotations
@@ -27,27 +32,22 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import trio
-
-from layouts.hsds import HsdsCatalog, probe
-from layouts.hsds_linked import OpenUri
-from layouts.lindi import RefCatalog
-from layouts.lindi_external import H5ExternalArrays
-from layouts.lindi_refs import RefFormatError, load_reference
+from layouts.formats import FORMATS
 from layouts.model import Catalog
+from layouts.places import Place, PlaceKind
+from layouts.storage import OpenUri, Store
 from mountd.config import MountConfig
-from mountd.errors import Forbidden, MountError, NotFound, SourceError, StorageError
+from mountd.errors import Forbidden, MountError, SourceError, StorageError
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
 from mountd.io.diskcache import DiskCache
 from mountd.io.http import HttpConnection, HttpOptions, open_http
 from mountd.io.local import LocalStore
 from mountd.io.s3 import S3Connection, S3Options, open_s3, parse_s3_url
-from mountd.io.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,6 @@ class Source:
     block_cache: BlockCache | None = None
 
 
-def _domain_path(domain: str) -> str:
-    path = domain.strip("/")
-    if not path:
-        raise SourceError("--domain needs a domain path such as /home/user/file.h5")
-    return path
-
-
 @asynccontextmanager
 async def open_source(config: MountConfig) -> AsyncIterator[Source]:
     """The opened source of ``config``; raises SourceError if it cannot be mounted."""
@@ -75,22 +68,21 @@ async def open_source(config: MountConfig) -> AsyncIterator[Source]:
         async with _open_s3(config) as opened:
             yield opened
         return
-    if source.startswith(("http://", "https://")):
-        async with _open_reference(config) as opened:
-            yield opened
-        return
-    if "://" in source:
+    remote = source.startswith(("http://", "https://"))
+    if not remote and "://" in source:
         scheme = source.split("://", 1)[0]
         raise SourceError(f"{source}: {scheme}:// sources are not supported")
-    if not os.path.exists(source):
+    if not remote and not os.path.exists(source):
         raise SourceError(f"{source}: no such file or directory")
-    if not os.path.isdir(source) or os.path.exists(os.path.join(source, "lindi.json")):
-        async with _open_reference(config) as opened:
-            yield opened
-        return
-    store = LocalStore(source)
-    catalog = await _bucket_catalog(source, store, config, _posix_opener(source))
-    yield Source(catalog)
+    async with AsyncExitStack() as stack:
+        if remote or not os.path.isdir(source):
+            host = _Host(config, stack)
+            place = Place(source, PlaceKind.FILE)
+        else:
+            host = _Host(config, stack, storage=_posix_opener(source))
+            place = Place(source, PlaceKind.DIRECTORY, LocalStore(source))
+        catalog = await _open(place, host)
+        yield Source(catalog, host.cache)
 
 
 @asynccontextmanager
@@ -98,52 +90,78 @@ async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
     bucket, prefix = parse_s3_url(config.source)
     options = S3Options(endpoint_url=config.endpoint_url, region=config.region,
                         profile=config.profile, anon=config.anon, timeout=config.timeout)
-    cache = _block_cache(config)
-    if cache.disk is not None:
-        await cache.disk.load()
-    async with open_s3(options) as connection:
+    cache = await _block_cache(config)
+    async with open_s3(options) as connection, AsyncExitStack() as stack:
         store = CachedStore(connection.store(bucket, prefix), cache)
-        catalog = await _bucket_catalog(config.source, store, config,
-                                        _s3_opener(connection, cache))
+        host = _Host(config, stack, storage=_s3_opener(connection, cache), cache=cache)
+        catalog = await _open(Place(config.source, PlaceKind.BUCKET, store), host)
         log.info("reading %s through a %d MiB block cache", store.url, config.cache_size >> 20)
         yield Source(catalog, cache)
 
 
-def _block_cache(config: MountConfig) -> BlockCache:
-    return BlockCache(config.cache_size, validate_ttl=config.metadata_ttl,
-                      disk=_disk_cache(config))
+async def _open(place: Place, host: _Host) -> Catalog:
+    """The catalog of the first format of ``FORMATS`` that claims ``place``."""
+    formats = [fmt for fmt in FORMATS if place.kind in fmt.kinds]
+    for fmt in formats:
+        try:
+            claimed = await fmt.probe(place)
+        except MountError as exc:
+            raise SourceError(f"{place.location}: cannot read: {exc}") from exc
+        if claimed:
+            log.debug("%s holds a %s", place.location, fmt.name)
+            return await fmt.open(place, host)
+    raise SourceError(f"{place.location}: {formats[-1].refusal}")
 
 
-@asynccontextmanager
-async def _open_reference(config: MountConfig) -> AsyncIterator[Source]:
-    """A LINDI or kerchunk reference file (path, URL, ``.lindi.tar`` or ``.lindi.d``)."""
-    source = config.source
-    if config.domain is not None:
-        raise SourceError(f"{source}: --domain applies to HSDS buckets, not reference files")
-    remote = source.startswith(("http://", "https://"))
-    cache = _block_cache(config)
+class _Host:
+    """What a format may ask of the daemon while it opens a place (``layouts.places.Host``).
+
+    ``storage`` opens what a directory's or bucket's objects name in its own
+    storage (None for a file or URL, which no format asks it of). The block
+    cache is made when the first remote store needs it (S3 makes it first);
+    the HTTP client ``url_openers`` opens is closed with ``stack``.
+    """
+
+    def __init__(self, config: MountConfig, stack: AsyncExitStack, *,
+                 storage: OpenUri | None = None, cache: BlockCache | None = None) -> None:
+        self._config = config
+        self._stack = stack
+        self._storage = storage
+        self.cache = cache
+
+    @property
+    def domain(self) -> str | None:
+        return self._config.domain
+
+    @property
+    def max_metadata(self) -> int:
+        return self._config.max_metadata
+
+    def storage_opener(self) -> OpenUri:
+        assert self._storage is not None, "only directories and buckets have storage"
+        return self._storage
+
+    async def url_openers(self) -> tuple[OpenUri, OpenUri]:
+        config = self._config
+        if self.cache is None:
+            self.cache = await _block_cache(config)
+        cache = self.cache
+        http = await self._stack.enter_async_context(
+            open_http(HttpOptions(timeout=config.timeout)))
+        # The reference file itself may be local; what its refs may read is decided here.
+        loader = _ref_opener(http, cache, allow_local=True)
+        remote = config.source.startswith(("http://", "https://"))
+        if not remote or config.allow_local_refs:
+            return loader, loader
+        return loader, _ref_opener(http, cache, allow_local=False)
+
+
+async def _block_cache(config: MountConfig) -> BlockCache:
+    cache = BlockCache(config.cache_size, validate_ttl=config.metadata_ttl,
+                       disk=_disk_cache(config))
     if cache.disk is not None:
         await cache.disk.load()
-    async with open_http(HttpOptions(timeout=config.timeout)) as http:
-        # The reference file itself may be local; what its refs may read is decided below.
-        loader = _ref_opener(http, cache, allow_local=True)
-        try:
-            table = await load_reference(source, loader,
-                                         is_dir=not remote and os.path.isdir(source))
-        except RefFormatError as exc:
-            raise SourceError(str(exc)) from exc
-        except NotFound:
-            raise SourceError(f"{source}: not found") from None
-        except MountError as exc:
-            raise SourceError(f"{source}: cannot read: {exc}") from exc
-        open_uri = loader if not remote or config.allow_local_refs else \
-            _ref_opener(http, cache, allow_local=False)
-        # Indexing the keys takes about 0.3 s per million refs: off the trio loop.
-        catalog = await trio.to_thread.run_sync(RefCatalog, table, open_uri,
-                                                H5ExternalArrays(open_uri), config.max_metadata)
-        log.info("mounted %s reference file %s (%d refs)", table.kind, table.location,
-                 len(table.refs))
-        yield Source(catalog, cache)
+    return cache
 
 
 def _ref_opener(http: HttpConnection, cache: BlockCache, *, allow_local: bool) -> OpenUri:
@@ -183,30 +201,6 @@ def _disk_cache(config: MountConfig) -> DiskCache | None:
     if not os.access(config.cache_dir, os.W_OK | os.X_OK):
         raise SourceError(f"cache_dir {config.cache_dir}: not writable")
     return DiskCache(config.cache_dir, config.disk_cache_size)
-
-
-async def _bucket_catalog(source: str, store: Store, config: MountConfig,
-                          opener: OpenUri) -> HsdsCatalog:
-    try:
-        is_bucket = await probe(store)
-    except MountError as exc:
-        raise SourceError(f"{source}: cannot read: {exc}") from exc
-    if not is_bucket:
-        raise SourceError(f"{source}: not an HSDS bucket (no db/ and no domain folders)")
-    domain = config.domain
-    single = None if domain is None else _domain_path(domain)
-    catalog = HsdsCatalog(store, single_domain=single, open_uri=opener,
-                          max_metadata=config.max_metadata)
-    if single is not None:
-        try:
-            found = await catalog.domain(single)
-        except NotFound:
-            raise SourceError(f"{source}: no such domain {domain}") from None
-        except MountError as exc:
-            raise SourceError(f"{source}: domain {domain}: {exc}") from exc
-        if found is None or found.root_id is None:
-            raise SourceError(f"{source}: {domain} is a folder, not a domain with a root group")
-    return catalog
 
 
 def _posix_opener(bucket_dir: str) -> OpenUri:

@@ -3,9 +3,9 @@
 The checking side of ``tests/test_fuzz.py``:
 
 * ``tree_snapshot(config)`` opens a source as the daemon does
-  (``mountd.sources.open_source``, ``CachedCatalog``, ``Tree`` with
-  ``NpyView`` and a chunk cache whose prefetches run in a nursery) and walks
-  every entry: lookups of every listed name, every file read to its end
+  (``mountd.sources.open_source``, ``CachedCatalog``, ``Tree`` with the
+  views of ``layouts.views`` and a chunk cache whose prefetches run in a
+  nursery) and walks every entry: lookups of every listed name, every file read to its end
   (``READ_CAP`` bytes at most), every symlink's text, every directory's
   xattrs. An operation that raises a ``MountError`` is recorded as an
   ``error`` entry (what the FUSE layer turns into an errno); any other
@@ -47,13 +47,13 @@ import numcodecs
 import numpy as np
 import trio
 
+from layouts.views import VIEWS
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
 from mountd.errors import MountError
 from mountd.metacache import CachedCatalog
 from mountd.names import display_name
 from mountd.nodes import DirNode, FileNode, Node, SymlinkNode
-from mountd.npy import NpyView
 from mountd.sources import open_source
 from mountd.tree import Tree
 from tests.fuzzgen import HsdsDomain
@@ -156,7 +156,7 @@ async def tree_snapshot(config: MountConfig, timeout: float = 60.0) -> Snapshot:
             async with open_source(config) as source, trio.open_nursery() as nursery:
                 cache = ChunkCache(1 << 20, nursery)
                 tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl),
-                            views=[NpyView()], ttl=config.metadata_ttl, chunk_cache=cache)
+                            views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
                 if source.block_cache is not None:
                     source.block_cache.nursery = nursery
                 try:

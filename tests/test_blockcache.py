@@ -13,9 +13,9 @@ import pytest
 import trio
 import trio.testing
 
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
 from mountd.errors import Changed, NotFound, StorageError
 from mountd.io.blockcache import BlockCache
-from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
 
 BS = 1024
 

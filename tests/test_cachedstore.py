@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import trio
 
+from layouts.storage import ByteRange, Store
 from mountd.errors import Changed, NotFound
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
 from mountd.io.diskcache import DiskCache
 from mountd.io.local import LocalStore
-from mountd.io.store import ByteRange, Store
 from tests.test_blockcache import MemoryStore, payload
 
 BS = 1024

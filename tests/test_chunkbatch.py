@@ -17,15 +17,16 @@ import pytest
 import trio
 
 from layouts import hsds_ids
+from layouts.h5types import element_type, parse_type
 from layouts.hsds_chunks import ChunkSpec, HsdsChunkStore, filter_plan
-from layouts.hsds_types import element_type, parse_type
 from layouts.model import ChunkIndex, Dataset
+from layouts.npy import NpyReader, NpyView
 from mountd.chunkahead import AHEAD_CHUNKS
 from mountd.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.errors import Corrupt, MountError
 from mountd.io.local import LocalStore
-from mountd.npy import NpyHandle, NpyView
 from mountd.tree import Tree
+from mountd.tree.viewnodes import ViewHandle
 from tests.test_tree import catalog_with, walk
 
 DSET = hsds_ids.parse_id("d-02cd0518-2c584e72-86ef-55279d-623eb6")
@@ -98,10 +99,12 @@ def tiny_dataset(store: CountingStore, count: int) -> Dataset:
                    fill_value=np.int32(-1), store=HsdsChunkStore(store, DSET, (count,), spec()))
 
 
-async def read_npy(tree: Tree, step: int) -> tuple[NpyHandle, list[bytes | MountError]]:
+async def read_npy(tree: Tree, step: int) -> tuple[NpyReader, list[bytes | MountError]]:
     node = await walk(tree, "x.npy")
-    handle = await node.open()  # type: ignore[attr-defined]
-    assert isinstance(handle, NpyHandle)
+    opened = await node.open()  # type: ignore[attr-defined]
+    assert isinstance(opened, ViewHandle)
+    handle = opened.reader
+    assert isinstance(handle, NpyReader)
     parts: list[bytes | MountError] = []
     offset = 0
     while offset < handle.size:

@@ -51,9 +51,9 @@ from layouts.h5filters import (
     decode,
     stored_limit,
 )
+from layouts.h5types import element_type, parse_type
 from layouts.hsds_chunks import ChunkSpec, decode_chunk, filter_plan
 from layouts.hsds_linked import linked_store
-from layouts.hsds_types import element_type, parse_type
 from layouts.inflate import (
     gunzip,
     inflate,
@@ -65,9 +65,9 @@ from layouts.inflate import (
 from layouts.lindi import DatasetShape
 from layouts.lindi_codecs import Kind, codecs
 from layouts.lindi_external import H5ExternalArrays
+from layouts.storage import Store
 from mountd.errors import Corrupt, StorageError
 from mountd.io.local import LocalStore
-from mountd.io.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20

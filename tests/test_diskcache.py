@@ -7,9 +7,9 @@ from pathlib import Path
 
 import trio
 
+from layouts.storage import ByteRange
 from mountd.io.blockcache import BlockCache
 from mountd.io.diskcache import MIN_FREE_BYTES, DiskCache
-from mountd.io.store import ByteRange
 from tests.test_blockcache import MemoryStore, payload
 
 BS = 4096

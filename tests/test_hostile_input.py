@@ -41,12 +41,7 @@ from layouts.hsds import HsdsCatalog
 from layouts.lindi import KeyIndex, RefCatalog
 from layouts.lindi_refs import MAX_JSON_BYTES, RefFormatError, load_reference
 from layouts.model import AnyObject, Dataset, Domain, Group
-from mountd.config import MountConfig, OptionError, apply_options
-from mountd.errors import Corrupt, MountError, NotFound, StorageError
-from mountd.io.blockcache import BlockCache
-from mountd.io.cached import CachedStore
-from mountd.io.local import LocalStore
-from mountd.io.store import (
+from layouts.storage import (
     CAPPED_FIRST_READ,
     DEFAULT_MAX_METADATA,
     ByteRange,
@@ -55,6 +50,11 @@ from mountd.io.store import (
     get_capped,
     get_many,
 )
+from mountd.config import MountConfig, OptionError, apply_options
+from mountd.errors import Corrupt, MountError, NotFound, StorageError
+from mountd.io.blockcache import BlockCache
+from mountd.io.cached import CachedStore
+from mountd.io.local import LocalStore
 from mountd.names import display_name
 from tests.mounting import daemon_pids, fuse_available, mounted, run_h5mount
 

@@ -36,17 +36,12 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import hsds_chunks, hsds_ids
+from layouts import decoding, hsds_chunks, hsds_ids
+from layouts.errors import FormatError
+from layouts.h5types import element_type, parse_type, sidecar_dtype
 from layouts.hsds import HsdsCatalog, probe
 from layouts.hsds_chunks import ChunkSpec, FilterPlan, decode_chunk, filter_plan
-from layouts.hsds_types import (
-    FormatError,
-    attribute_value,
-    element_type,
-    fill_value,
-    parse_type,
-    sidecar_dtype,
-)
+from layouts.hsds_values import attribute_value, fill_value
 from layouts.model import (
     AnyObject,
     Dataset,
@@ -674,7 +669,7 @@ def test_large_chunks_decode_in_worker_threads(rest_bucket: RestBucket,
         async with trio.open_nursery() as nursery:
             for index in [(0, 0), (0, 1), (1, 0), (1, 1)] * 2:
                 nursery.start_soon(read, index)
-            assert hsds_chunks.DECODE_LIMITER.total_tokens == 2
+            assert decoding.DECODE_LIMITER.total_tokens == 2
         for (i, j), data in results.items():
             assert data == expected[i * 500:(i + 1) * 500, j * 500:(j + 1) * 500].tobytes()
         assert len(threads) == 8 and threading.main_thread().name not in threads

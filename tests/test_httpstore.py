@@ -22,11 +22,11 @@ import pytest
 import trio
 
 import mountd
+from layouts.storage import ByteRange
 from mountd.errors import Changed, NotFound, StorageError
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
 from mountd.io.http import HttpConnection, HttpOptions, HttpStore, open_http
-from mountd.io.store import ByteRange
 from tests.faultproxy import FaultProxy
 from tests.http_server import RangeHttpServer
 

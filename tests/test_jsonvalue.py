@@ -1,4 +1,4 @@
-"""Storage JSON parsing and indented JSON writing (mountd.jsonvalue)."""
+"""Storage JSON parsing (layouts.storedjson) and indented JSON writing (mountd.jsonvalue)."""
 
 from __future__ import annotations
 
@@ -7,24 +7,25 @@ import math
 
 import pytest
 
-from layouts.hsds_types import parsed_type
+from layouts import storedjson
+from layouts.h5types import parsed_type
 from mountd import jsonvalue
 
 
 def test_loads_takes_what_python_json_takes() -> None:
     """HSDS writes fill values with Python's json, which spells NaN and
     Infinity bare and keeps integers past 64 bits; orjson refuses both."""
-    doc = jsonvalue.loads(b'{"fill": NaN, "big": 18446744073709551616, "inf": -Infinity}')
+    doc = storedjson.loads(b'{"fill": NaN, "big": 18446744073709551616, "inf": -Infinity}')
     assert math.isnan(doc["fill"])
     assert doc["big"] == 2 ** 64
     assert doc["inf"] == -math.inf
-    assert jsonvalue.loads('{"name": "caf\u00e9"}'.encode()) == {"name": "caf\u00e9"}
+    assert storedjson.loads('{"name": "caf\u00e9"}'.encode()) == {"name": "caf\u00e9"}
 
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"\xff\xfe", b'{"a": 1,}'])
 def test_loads_refuses_what_is_not_json(raw: bytes) -> None:
     with pytest.raises(ValueError):
-        jsonvalue.loads(raw)
+        storedjson.loads(raw)
 
 
 def test_encode_indented_matches_python_json() -> None:

@@ -74,10 +74,10 @@ from layouts.model import (
     LinkKind,
     ObjectRef,
 )
+from layouts.storage import Store
 from mountd import jsonvalue
 from mountd.errors import Corrupt, Forbidden, NotFound, StorageError
 from mountd.io.local import LocalStore
-from mountd.io.store import Store
 from mountd.sidecar import decode_chunk, scalar_value, sidecar_document
 from mountd.zarrmeta import zattrs_bytes
 from tests import h5files

@@ -33,9 +33,9 @@ from layouts.lindi_refs import (
     load_reference,
     parse_refs,
 )
+from layouts.storage import Store
 from mountd.errors import NotFound
 from mountd.io.local import LocalStore
-from mountd.io.store import Store
 from tests.lindi_files import lindi_read, write_lindi
 
 LOCAL = LocalStore("/")

@@ -45,14 +45,14 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import hsds_linked
+from layouts import h5linked, hsds_linked
+from layouts.errors import FormatError
 from layouts.h5filters import Pipeline, decode, pipeline
 from layouts.hsds import HsdsCatalog
-from layouts.hsds_types import FormatError
 from layouts.model import Dataset, Domain, Group, LinkKind
+from layouts.storage import OpenUri, Store
 from mountd.errors import Corrupt, StorageError
 from mountd.io.local import LocalStore
-from mountd.io.store import Store
 from tests.h5compare import expected_chunk, mount_file
 from tests.hsds_server import ADMIN_PASSWORD, ADMIN_USER, HsdsServer, hsds_node_available
 from tests.mounting import fuse_available, mounted
@@ -353,7 +353,7 @@ def linked_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LinkedBu
 # --------------------------------------------------------------------------- helpers
 
 
-def posix_opener(root_dir: Path) -> hsds_linked.OpenUri:
+def posix_opener(root_dir: Path) -> OpenUri:
     """The POSIX ``file_uri`` rule: ``BUCKET/path`` below ROOT_DIR, nothing else."""
     root = LocalStore(root_dir)
 
@@ -547,7 +547,7 @@ def test_file_uri_errors(linked_bucket: LinkedBucket, tmp_path: Path) -> None:
     """Metadata never needs the linked file; chunk reads fail naming the uri."""
     uri = f"{BUCKET}/files/linked.h5"
 
-    async def first_chunk(open_uri: hsds_linked.OpenUri | None, path: str) -> None:
+    async def first_chunk(open_uri: OpenUri | None, path: str) -> None:
         cat = HsdsCatalog(LocalStore(linked_bucket.bucket_dir), open_uri=open_uri)
         ds = (await objects(cat, LINKED))[path]
         assert ds.shape and ds.hdf5["layout"]["file_uri"] == uri
@@ -618,9 +618,8 @@ def test_large_chunks_decode_in_worker_threads(linked_bucket: LinkedBucket,
             return fn(*args)
         return wrapper
 
-    monkeypatch.setattr(hsds_linked, "_cut", recording("cut", hsds_linked._cut))
-    monkeypatch.setattr(hsds_linked, "_assemble", recording("assemble",
-                                                            hsds_linked._assemble))
+    monkeypatch.setattr(h5linked, "_cut", recording("cut", h5linked._cut))
+    monkeypatch.setattr(h5linked, "_assemble", recording("assemble", h5linked._assemble))
 
     async def main() -> None:
         cat = HsdsCatalog(LocalStore(linked_bucket.bucket_dir),

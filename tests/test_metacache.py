@@ -13,9 +13,9 @@ import trio
 
 from layouts.hsds import HsdsCatalog
 from layouts.model import Group, LinkKind
+from layouts.storage import ByteRange, Listing, ObjectInfo
 from mountd.errors import NotFound
 from mountd.io.local import LocalStore
-from mountd.io.store import ByteRange, Listing, ObjectInfo
 from mountd.metacache import CachedCatalog
 from mountd.nodes import DirNode
 from mountd.tree import Tree

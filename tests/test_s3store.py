@@ -27,11 +27,11 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 
+from layouts.storage import ByteRange
 from mountd.errors import Changed, NotFound, SourceError, StorageError
 from mountd.io import s3
 from mountd.io.s3 import S3Options, S3Store, open_s3, parse_s3_url
 from mountd.io.sigv4 import SigV4Signer
-from mountd.io.store import ByteRange
 from tests.faultproxy import FaultProxy, Seen
 from tests.moto_server import MotoServer
 from tests.test_store_conformance import aws_environment, take

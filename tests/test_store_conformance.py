@@ -25,13 +25,13 @@ from typing import Protocol
 import pytest
 import trio
 
+from layouts.storage import ByteRange, Store
 from mountd.errors import Changed, NotFound, StorageError
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
 from mountd.io.http import HttpOptions, open_http
 from mountd.io.local import LocalStore
 from mountd.io.s3 import S3Options, open_s3
-from mountd.io.store import ByteRange, Store
 from tests.http_server import RangeHttpServer
 from tests.moto_server import MotoServer
 

@@ -24,14 +24,15 @@ from layouts.model import (
     ObjectKind,
     ObjectRef,
 )
+from layouts.npy import NpyReader, NpyView, flat_boxes
 from mountd.chunkahead import GridReadahead, ravel, unravel
 from mountd.chunkcache import ChunkCache
 from mountd.errors import NotFound, StorageError
 from mountd.metacache import CachedCatalog
 from mountd.names import display_name, escape
 from mountd.nodes import STREAM_WINDOW, DirNode, FileNode, Node, StreamListing, SymlinkNode
-from mountd.npy import NpyHandle, NpyView, flat_boxes
 from mountd.tree import Tree
+from mountd.tree.viewnodes import ViewHandle
 from tests.modelcat import MemoryCatalog, dataset, float_type, group
 
 
@@ -552,8 +553,10 @@ def test_npy_prefetches_window_ahead_in_grid_order() -> None:
             tree = Tree(catalog_with(npy=ds), views=[NpyView()], chunk_cache=cache)
             node = await walk(tree, "npy.npy")
             assert isinstance(node, FileNode)
-            handle = await node.open()
-            assert isinstance(handle, NpyHandle)
+            opened = await node.open()
+            assert isinstance(opened, ViewHandle)
+            handle = opened.reader
+            assert isinstance(handle, NpyReader)
             hlen = len(handle.header)
             step = 128 << 10
             row = 16 * 4096 * 4  # bytes of one row of chunks

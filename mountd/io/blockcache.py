@@ -79,10 +79,10 @@ from dataclasses import dataclass, field
 
 import trio
 
+from layouts.storage import ByteRange, Fetched, ObjectInfo, Store
 from mountd.errors import Changed, NotFound, StorageError
 from mountd.io.diskcache import DiskCache
 from mountd.io.readahead import CAP, START, ReadaheadWindow
-from mountd.io.store import ByteRange, Fetched, ObjectInfo, Store
 
 log = logging.getLogger(__name__)
 

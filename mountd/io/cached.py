@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, Store
 from mountd.errors import Changed
 from mountd.io.blockcache import BlockCache
-from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo, Store
 
 log = logging.getLogger(__name__)
 

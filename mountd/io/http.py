@@ -68,9 +68,9 @@ import httpx
 import trio
 
 import mountd
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
 from mountd.errors import Changed, MountError, NotFound, StorageError
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
-from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
 
 log = logging.getLogger(__name__)
 

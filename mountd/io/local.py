@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import trio
 
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, too_large
 from mountd.errors import Changed, MountError, NotFound, StorageError
-from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo, too_large
 
 if TYPE_CHECKING:
     from os import _ScandirIterator

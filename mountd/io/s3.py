@@ -94,12 +94,12 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
 from mountd import logsafe
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
 from mountd.io.http import USER_AGENT, http_mtime, read_bigger, tls_failure
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
 from mountd.io.sigv4 import SigV4Signer
-from mountd.io.store import ByteRange, Fetched, Listing, ObjectInfo
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,12 @@
-"""The storage seam: what every backend (local directory, S3, HTTP) offers.
+"""The storage port of ``layouts/``: what every backend (local directory, S3, HTTP) offers.
 
 A ``Store`` maps string keys (never starting with ``/``) to byte objects. It
-knows nothing about HDF5. Missing keys raise ``NotFound``; an object that no
-longer has the validator a caller asked for raises ``Changed``; any other
-failure raises ``StorageError`` naming the key. Implementations must be safe
-to call from many trio tasks at once; they hold no per-call state.
+knows nothing about HDF5. The formats read through it; ``mountd.io``
+implements it (imports run ``mountd`` -> ``layouts`` only). Missing keys
+raise ``NotFound``; an object that no longer has the validator a caller
+asked for raises ``Changed``; any other failure raises ``StorageError``
+naming the key. Implementations must be safe to call from many trio tasks at
+once; they hold no per-call state.
 
 ``fetch`` is the primitive the block cache builds on: one read that also says
 what the whole object is (size and validator), so a first read needs no
@@ -16,17 +18,21 @@ before more than that many bytes are read. Listings
 come two ways: ``list_dir`` for small levels (folders, partitions) and
 ``iter_dir`` for levels that may be huge (the chunk keys of one dataset),
 which yields page by page and never holds them all.
+
+``OpenUri`` is how a format reads a file its metadata names by URI (an HSDS
+``file_uri``, a reference file's refs): the daemon gives a resolver from URI
+to the store and key to read, and decides there what may be read at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
-from mountd.errors import Corrupt, MountError
-from mountd.gather import outcomes
+from layouts.errors import Corrupt, LayoutError
+from layouts.gather import outcomes
 
 #: Keys fetched at once by ``get_many`` over a store that has no batch read.
 GET_MANY_CONCURRENCY = 64
@@ -112,6 +118,12 @@ class Store(Protocol):
         ...
 
 
+#: Resolves a URI to (store, key) to read it at. It is called without awaiting, so it
+#: must not block, and raises ``StorageError`` (or ``Forbidden``) naming the URI to
+#: refuse one.
+OpenUri = Callable[[str], tuple[Store, str]]
+
+
 def too_large(key: str, limit: int, size: int | None = None) -> Corrupt:
     """The error for a metadata object over ``limit`` bytes (of ``size``, if known)."""
     what = f"of {size} bytes, more" if size is not None else "of more"
@@ -144,8 +156,8 @@ async def get_capped(store: Store, key: str, limit: int) -> bytes:
 
 
 async def get_many(store: Store, keys: Sequence[str],
-                   limit: int | None = None) -> list[bytes | MountError]:
-    """The bytes of each key, or the ``MountError`` reading it raised, in order.
+                   limit: int | None = None) -> list[bytes | LayoutError]:
+    """The bytes of each key, or the ``LayoutError`` reading it raised, in order.
 
     A store with a ``get_many`` method of its own (the local directory reads a
     whole batch in one worker thread) answers it, given ``limit`` when there
@@ -155,7 +167,7 @@ async def get_many(store: Store, keys: Sequence[str],
     """
     batch = getattr(store, "get_many", None)
     if batch is not None:
-        results: list[bytes | MountError] = await (
+        results: list[bytes | LayoutError] = await (
             batch(keys) if limit is None else batch(keys, limit))
         return results
     read = store.get if limit is None else partial(get_capped, store, limit=limit)

@@ -1,20 +1,24 @@
 """``P.npy``: a whole dataset as a NumPy ``.npy`` file, read chunk by chunk.
 
+A view on the view API (``layouts.viewapi``), registered in
+``layouts.views``: every dataset of fixed-size type with a dataspace gets
+``P.npy``, whose size follows from the dataset alone (``known_size``).
+
 Owns the NPY header of a dataset and the mapping from a byte range of the
 file to the chunks it touches. A read is split into at most ``2*ndim-1``
 boxes of the array (a C-order run of elements is a few hyper-rectangles);
 only the chunks intersecting those boxes are fetched, all with one batch
-call to the shared decoded-chunk cache (``Tree.chunks``: misses are read
-many chunks per store call, never one task per chunk), and copied out with
-NumPy. When chunks hold whole rows (every dimension but the first is whole,
+call to the mount's decoded-chunk cache (``ViewContext.chunks``: misses
+are read many chunks per store call, never one task per chunk), and copied
+out with NumPy. When chunks hold whole rows (every dimension but the first is whole,
 as in 1-D datasets of many tiny chunks), each chunk is one C-order run and
 the read is the needed parts of its chunks joined, with no per-chunk NumPy
 work. Chunks that are not stored read as the fill value; a chunk that
 cannot be read fails the reads that need it (EIO) and no others.
 
-Readahead: each handle has a ``ReadaheadWindow`` (about 1 MiB at first,
-doubling while the reads are sequential, up to a quarter of the chunk cache,
-back to nothing after a jump). After each read, the chunks holding the
+Readahead: each reader has a readahead window from the context (about
+1 MiB at first, doubling while the reads are sequential, up to a quarter of
+the chunk cache, back to nothing after a jump). After each read, the chunks holding the
 window's bytes after it are started in the background in grid (C) order
 through the chunk cache, in batches, bounded by the window's bytes (each
 chunk counting its cache entry's overhead too) and by ``AHEAD_CHUNKS``, so
@@ -27,33 +31,27 @@ Elements are copied as opaque ``V<itemsize>`` items, so every fixed-size
 type (compound, strings, references) is moved byte for byte in the dataset's
 own byte order.
 
-Concurrency: a handle's only mutable state is its readahead window and
+Concurrency: a reader's only mutable state is its readahead window and
 watermark, changed with no ``await`` in between; concurrent reads of one
-handle are safe.
+reader are safe. The NPY header is memoised with the dataset (``ctx.keep``).
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import itertools
 import math
-from collections.abc import Hashable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
-from layouts.model import AnyObject, ChunkIndex, Dataset
-from mountd.chunkahead import AHEAD_CHUNKS, chunk_unit
-from mountd.errors import MountError, StorageError
-from mountd.io.readahead import START, ReadaheadWindow
-from mountd.nodes import FileHandle, FileNode, NodeType, Stat
-from mountd.tree import InDomain
+from layouts.arrays import Box, chunks_of_box, fill_box
+from layouts.model import ChunkIndex, Dataset
+from layouts.viewapi import AHEAD_CHUNKS, FileView, Reader, ViewContext
 
-if TYPE_CHECKING:
-    from mountd.tree import ObjPath, Tree
-
-Box = tuple[tuple[int, ...], tuple[int, ...]]  # (start, stop) per dimension
+#: The memo key of a dataset's NPY header.
+HEADER_KEY = "npy-header"
 
 
 def npy_dtype_shape(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
@@ -112,21 +110,13 @@ def flat_boxes(shape: tuple[int, ...], lo: int, hi: int) -> Iterator[Box]:
             yield (r1, *start), (r1 + 1, *stop)
 
 
-def cached_header(tree: Tree, op: ObjPath, ds: Dataset) -> bytes:
-    """``npy_header(ds)``, memoised while the catalog returns the same dataset."""
-    key = ("npy-header", op.domain.path, ds.id)
-    header: bytes | None = tree.memo.get(key, ds)
+def cached_header(ctx: ViewContext, ds: Dataset) -> bytes:
+    """``npy_header(ds)`` of the context's dataset, memoised with it."""
+    header: bytes | None = ctx.recall(HEADER_KEY)
     if header is None:
         header = npy_header(ds)
-        tree.memo.put(key, header, len(header), ds)
+        ctx.keep(HEADER_KEY, header, len(header))
     return header
-
-
-def chunks_of_box(box: Box, chunks: tuple[int, ...]) -> Iterator[ChunkIndex]:
-    """Indices of the chunks that intersect ``box``."""
-    start, stop = box
-    return itertools.product(*(range(a // c, -(-b // c))
-                               for a, b, c in zip(start, stop, chunks, strict=True)))
 
 
 def chunks_in_order(shape: tuple[int, ...], chunks: tuple[int, ...],
@@ -145,53 +135,38 @@ def chunks_in_order(shape: tuple[int, ...], chunks: tuple[int, ...],
     return sorted(first.items())
 
 
-class NpyView:
+def _dataset(ctx: ViewContext) -> Dataset:
+    """The context's dataset (the tree asks ``applies`` before anything else)."""
+    ds = ctx.obj
+    if not isinstance(ds, Dataset):
+        raise ctx.error("not a dataset")
+    return ds
+
+
+class NpyView(FileView):
     """The ``.npy`` view: for every dataset of fixed-size type with a dataspace."""
 
     suffix = ".npy"
 
-    def applies(self, obj: AnyObject) -> bool:
-        return isinstance(obj, Dataset) and obj.type.fixed_size and obj.shape is not None
+    async def applies(self, ctx: ViewContext) -> bool:
+        ds = ctx.obj
+        return isinstance(ds, Dataset) and ds.type.fixed_size and ds.shape is not None
 
-    def node(self, tree: Tree, op: ObjPath, obj: AnyObject) -> FileNode:
-        return NpyFile(tree, op)
+    def known_size(self, ctx: ViewContext) -> int:
+        ds = _dataset(ctx)
+        return len(cached_header(ctx, ds)) + math.prod(ds.shape or ()) * ds.type.itemsize
 
-
-class NpyFile(InDomain, FileNode):
-    def __init__(self, tree: Tree, op: ObjPath) -> None:
-        self.tree = tree
-        self.op = op
-
-    @property
-    def key(self) -> Hashable:
-        return ("npy", self.op.key)
-
-    async def _dataset(self) -> Dataset:
-        ds = await self.tree.dataset(self.op)
-        if not ds.type.fixed_size or ds.shape is None:
-            raise StorageError(self.op.h5path, "no longer a dataset of fixed-size type")
-        return ds
-
-    async def stat(self) -> Stat:
-        ds = await self._dataset()
-        mtime, ctime = self.tree.times(self.op, ds)
-        size = len(cached_header(self.tree, self.op, ds)) + math.prod(ds.shape or ()) * \
-            ds.type.itemsize
-        return Stat(NodeType.FILE, size=size, mtime=mtime, ctime=ctime)
-
-    async def open(self) -> FileHandle:
-        handle = NpyHandle(self.tree, self.op, await self._dataset())
-        # The kernel keeps the pages while the chunks they came from are current.
-        handle.keep_cache = self.tree.keep_pages(self.key)
-        return handle
+    async def open(self, ctx: ViewContext) -> Reader:
+        return NpyReader(ctx, _dataset(ctx))
 
 
-class NpyHandle(FileHandle):
-    def __init__(self, tree: Tree, op: ObjPath, ds: Dataset) -> None:
-        self.tree = tree
-        self.op = op
+class NpyReader(Reader):
+    """One open ``P.npy``: the header, then elements from the chunks a read touches."""
+
+    def __init__(self, ctx: ViewContext, ds: Dataset) -> None:
+        self.ctx = ctx
         self.ds = ds
-        self.header = cached_header(tree, op, ds)
+        self.header = cached_header(ctx, ds)
         self.shape = ds.shape or ()
         self.itemsize = ds.type.itemsize
         self.elements = math.prod(self.shape)
@@ -202,8 +177,7 @@ class NpyHandle(FileHandle):
         #: chunk ``k`` along the first dimension is one C-order run of elements.
         self.runs = bool(self.shape) and ds.chunks[1:] == self.shape[1:]
         self._fill_chunk: bytes | None = None
-        cap = tree.readahead_cap
-        self.readahead = ReadaheadWindow(START if cap >= START else 0, cap)
+        self.readahead = ctx.readahead()
         #: First element not yet covered by an accepted prefetch.
         self.prefetched_to = 0
 
@@ -226,14 +200,6 @@ class NpyHandle(FileHandle):
         data = memoryview(raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
         return head + bytes(data) if head else data
 
-    async def _chunks(self, indices: list[ChunkIndex]) -> list[bytes | None]:
-        """The chunks at ``indices`` (None: not stored); the first error is raised."""
-        got = await self.tree.chunks(self.op, self.ds, indices)
-        for data in got:
-            if isinstance(data, MountError):
-                raise data
-        return got  # type: ignore[return-value]
-
     def _filled_chunk(self) -> bytes:
         """A whole chunk of the fill value (made when first needed)."""
         if self._fill_chunk is None:
@@ -244,7 +210,7 @@ class NpyHandle(FileHandle):
         """Elements ``[e0, e1)`` in C order, as a flat array of ``V<itemsize>`` items."""
         if not self.shape:
             out = np.empty(e1 - e0, dtype=self.item)
-            data = await self.tree.chunk(self.op, self.ds, (0,))
+            data = await self.ctx.chunk(self.ds, (0,))
             out[:] = np.frombuffer(data, self.item)[0] if data is not None else self.fill
             return out
         if self.runs:
@@ -253,12 +219,16 @@ class NpyHandle(FileHandle):
         boxes = list(flat_boxes(self.shape, e0, e1))
         indices = list(dict.fromkeys(index for box in boxes
                                      for index in chunks_of_box(box, self.ds.chunks)))
-        got = dict(zip(indices, await self._chunks(indices), strict=True))
+        chunks = self.ds.chunks
+        got = {index: None if data is None else np.frombuffer(data, self.item).reshape(chunks)
+               for index, data in zip(indices, await self.ctx.chunks(self.ds, indices),
+                                      strict=True)}
         pos = 0
         for start, stop in boxes:
             box_shape = [b - a for a, b in zip(start, stop, strict=True)]
             count = math.prod(box_shape)
-            self._fill_box(out[pos:pos + count].reshape(box_shape), start, stop, got)
+            fill_box(out[pos:pos + count].reshape(box_shape), (start, stop), chunks, got,
+                     self.fill)
             pos += count
         return out
 
@@ -269,15 +239,14 @@ class NpyHandle(FileHandle):
         nbytes = per * self.itemsize
         k0, k1 = e0 // per, -(-e1 // per)
         rest = (0,) * (len(self.shape) - 1)
-        got = await self._chunks([(k, *rest) for k in range(k0, k1)])
+        got = await self.ctx.chunks(self.ds, [(k, *rest) for k in range(k0, k1)])
         parts: list[bytes | memoryview] = []
         for data in got:
             if data is None:
                 parts.append(self._filled_chunk())
                 continue
             if len(data) != nbytes:
-                raise StorageError(self.op.h5path, f"chunk has {len(data)} bytes, "
-                                   f"expected {nbytes}")
+                raise self.ctx.error(f"chunk has {len(data)} bytes, expected {nbytes}")
             parts.append(data)
         skip = (e0 - k0 * per) * self.itemsize
         last = (e1 - (k1 - 1) * per) * self.itemsize
@@ -287,23 +256,6 @@ class NpyHandle(FileHandle):
             parts[0] = memoryview(parts[0])[skip:]
             parts[-1] = memoryview(parts[-1])[:last]
         return np.frombuffer(b"".join(parts), dtype=self.item)
-
-    def _fill_box(self, dest: np.ndarray, start: tuple[int, ...], stop: tuple[int, ...],
-                  got: dict[ChunkIndex, bytes | None]) -> None:
-        """Copy the part of every chunk inside box ``start..stop`` into ``dest``."""
-        chunks = self.ds.chunks
-        for index in chunks_of_box((start, stop), chunks):
-            origin = [i * c for i, c in zip(index, chunks, strict=True)]
-            lo = [max(a, o) for a, o in zip(start, origin, strict=True)]
-            hi = [min(b, o + c) for b, o, c in zip(stop, origin, chunks, strict=True)]
-            dst = tuple(slice(x - a, y - a) for x, y, a in zip(lo, hi, start, strict=True))
-            data = got[index]
-            if data is None:
-                dest[dst] = self.fill
-                continue
-            block = np.frombuffer(data, dtype=self.item).reshape(chunks)
-            dest[dst] = block[tuple(slice(x - o, y - o)
-                                    for x, y, o in zip(lo, hi, origin, strict=True))]
 
     def _prefetch(self, e1: int, e2: int, ahead: int) -> None:
         """Start the chunks holding elements ``[e1, e2)`` in grid order, from the
@@ -323,8 +275,7 @@ class NpyHandle(FileHandle):
             wanted = chunks_in_order(self.shape, self.ds.chunks, lo, e2)
         # Chunks much wider than the window (a row across many chunks) may not
         # flood the cache: at most ``ahead`` bytes of them at once.
-        room = min(AHEAD_CHUNKS, max(1, -(-ahead // chunk_unit(self.ds))))
-        accepted = self.tree.prefetch_chunks(self.op, self.ds,
-                                             [index for index, _ in wanted[:room]])
+        room = min(AHEAD_CHUNKS, max(1, -(-ahead // self.ctx.chunk_cost(self.ds))))
+        accepted = self.ctx.prefetch(self.ds, [index for index, _ in wanted[:room]])
         # What was refused or left out is asked for again by a later read, from here.
         self.prefetched_to = wanted[accepted][1] if accepted < len(wanted) else e2

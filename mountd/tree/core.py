@@ -1,0 +1,210 @@
+"""The tree's shared context: model access and the chunk-cache facade.
+
+Owns ``Tree``, which every node holds: the catalog (objects read through
+``obj``, a TTL-cached catalog whose fresh entries ``peek`` sees without
+I/O), the registered views, the memo of derived values, the times of
+entries, the decoded-chunk cache keyed per ``ttl``-long period (``chunk``,
+``chunks``, ``prefetch_chunks``) with the readahead of chunk files read in
+grid order, and the page-cache rule of files (``keep_pages``). It wires the
+parts that own the rest: where entries are (``places``,
+``mountd.tree.paths``), link resolution (``links``), object references
+(``refs``), loading ahead (``preload``) and the sizes of view files
+(``view_sizes``).
+
+Concurrency: the memo and the readahead states change only in synchronous
+calls, so tasks may share every node freely. Background work runs in the
+nursery the daemon gives the chunk cache (``nursery``; none: no background
+work).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import trio
+
+from layouts.model import AnyObject, Catalog, ChunkIndex, Dataset, Domain, Group
+from layouts.viewapi import DirView, FileView, View
+from mountd import chunkbatch
+from mountd.chunkahead import GridReadahead
+from mountd.chunkcache import ChunkCache
+from mountd.errors import MountError, NotFound, StorageError
+from mountd.io import readahead
+from mountd.memo import Memo
+from mountd.metacache import CachedCatalog
+from mountd.nodes import DirNode
+from mountd.tree.fanout import for_each
+from mountd.tree.folders import FolderDir
+from mountd.tree.groups import GroupDir
+from mountd.tree.links import Links
+from mountd.tree.paths import ObjPath, Places, root_path
+from mountd.tree.preload import Preloader
+from mountd.tree.refindex import RefIndex
+from mountd.tree.viewnodes import ViewSizes
+
+#: Objects loaded per batch (one worker-thread call on local disk) when a group is listed.
+LOAD_BATCH = 256
+#: Batches loaded at once (remote stores overlap their round trips).
+LOAD_CONCURRENCY = 4
+
+
+class Tree:
+    """Shared context of all nodes: the catalog, views, caches and location rules."""
+
+    def __init__(self, catalog: Catalog, views: Sequence[View] = (),
+                 ttl: float = 60.0, chunk_cache: ChunkCache | None = None) -> None:
+        self.catalog = catalog
+        self.views = tuple(views)
+        #: The views that show an entry ``P<suffix>`` beside the objects they apply to.
+        self.entry_views = tuple(v for v in self.views if isinstance(v, FileView | DirView))
+        #: The views that add a key to the sidecars of the objects they apply to.
+        self.sidecar_views = tuple(v for v in self.views if v.sidecar_key is not None)
+        self.chunk_cache = chunk_cache or ChunkCache(0)
+        self.memo = Memo()
+        #: Largest readahead, in bytes of decoded chunks: a quarter of the chunk cache.
+        self.readahead_cap = min(readahead.CAP, self.chunk_cache.budget // 4)
+        self.grid_readahead = GridReadahead(self.readahead_cap)
+        self.started = time.time()
+        #: ``-o metadata_ttl``: how long anything read from storage may be served.
+        self.ttl = ttl
+        self.places = Places(catalog)
+        self.links = Links(catalog, self.obj)
+        self.refs = RefIndex(self.obj, ttl)
+        self.preload = Preloader(self.obj, self.chunk_cache)
+        self.view_sizes = ViewSizes(self.memo, self.all_fresh)
+        self._cached = catalog if isinstance(catalog, CachedCatalog) else None
+
+    # -- model access ---------------------------------------------------
+
+    async def obj(self, op: ObjPath) -> AnyObject:
+        """The object at ``op``. A link to an object that is not stored is broken
+        metadata (EIO), not a missing name."""
+        try:
+            return await self.catalog.get_object(op.domain, op.id)
+        except NotFound as exc:
+            raise StorageError(str(exc), f"object {op.id} linked at {op.h5path} is missing") \
+                from exc
+
+    def peek(self, op: ObjPath) -> AnyObject | None:
+        """The object at ``op`` if the catalog's cache holds it fresh (no I/O)."""
+        return None if self._cached is None else self._cached.peek_object(op.domain, op.id)
+
+    def all_fresh(self, domain: Domain, objects: Sequence[tuple[str, AnyObject]] | None) -> bool:
+        """True if the cache still hands out exactly these objects of ``domain``."""
+        if objects is None:
+            return False
+        if self._cached is None:
+            return not objects
+        peek = self._cached.peek_object
+        return all(peek(domain, obj_id) is obj for obj_id, obj in objects)
+
+    async def load_objects(self, domain: Domain, obj_ids: Sequence[str]) -> None:
+        """Bring many objects into the catalog's cache at once, in batches of
+        ``LOAD_BATCH`` (one worker-thread call each on local disk), up to
+        ``LOAD_CONCURRENCY`` batches at a time. Failures stay in the cache,
+        to be reported when the object is used."""
+        catalog = self._cached
+        if catalog is None or not obj_ids:
+            return
+        batches = [obj_ids[i:i + LOAD_BATCH] for i in range(0, len(obj_ids), LOAD_BATCH)]
+
+        async def load(batch: Sequence[str]) -> None:
+            await catalog.get_objects(domain, batch)
+
+        await for_each(batches, load, workers=LOAD_CONCURRENCY)
+
+    async def group(self, op: ObjPath) -> Group:
+        """The object at ``op``, which must be a group (else EIO: it changed kind)."""
+        obj = await self.obj(op)
+        if not isinstance(obj, Group):
+            raise StorageError(op.h5path, f"expected a group, found a {obj.kind.value}")
+        return obj
+
+    async def dataset(self, op: ObjPath) -> Dataset:
+        """The object at ``op``, which must be a dataset (else EIO: it changed kind)."""
+        obj = await self.obj(op)
+        if not isinstance(obj, Dataset):
+            raise StorageError(op.h5path, f"expected a dataset, found a {obj.kind.value}")
+        return obj
+
+    async def root(self) -> DirNode:
+        """The node at the mount root."""
+        single = self.catalog.single_domain
+        if single is None:
+            return FolderDir(self, "")
+        domain = await self.catalog.domain(single)
+        if domain is None or domain.root_id is None:
+            raise NotFound(single)
+        return GroupDir(self, root_path(domain), mount_root=True)
+
+    def times(self, op: ObjPath, obj: AnyObject) -> tuple[float, float]:
+        """(mtime, ctime) of an object's entries: a domain root uses the domain's."""
+        return self.stamps(obj if op.names else op.domain)
+
+    def stamps(self, source: AnyObject | Domain | None) -> tuple[float, float]:
+        """(mtime, ctime) from an object's or a domain's times; the mount's
+        start where it has none."""
+        modified: Any = getattr(source, "modified", None) or self.started
+        created: Any = getattr(source, "created", None) or modified
+        return float(modified), float(created)
+
+    # -- chunks ---------------------------------------------------------
+
+    def epoch(self) -> Hashable:
+        """The current ``ttl``-long period of the mount's clock. Chunks are cached
+        per period, so a chunk read from storage is served for at most ``ttl``
+        seconds (MOUNT-SPEC.md, Consistency); with ``ttl`` 0 every call is a
+        period of its own."""
+        now = time.monotonic()
+        return int(now // self.ttl) if self.ttl > 0 else now
+
+    def keep_pages(self, key: Hashable) -> bool:
+        """Whether the kernel may keep the page cache of file ``key`` at this
+        open: only if its last open was in this same period, so the pages it
+        holds came from chunks still served now. Otherwise the open drops them."""
+        epoch = self.epoch()
+        last = self.memo.get(("opened", key))
+        self.memo.put(("opened", key), epoch, 16)
+        return last == epoch
+
+    async def chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> bytes | None:
+        """A decoded chunk through the shared cache; None if it is not stored."""
+        return await self.chunk_cache.get((op.domain.path, ds.id, self.epoch(), index),
+                                          lambda: ds.read_chunk(index))
+
+    def _chunk_keys(self, op: ObjPath, ds: Dataset,
+                    indices: Sequence[ChunkIndex]) -> list[Hashable]:
+        epoch = self.epoch()
+        return [(op.domain.path, ds.id, epoch, index) for index in indices]
+
+    async def chunks(self, op: ObjPath, ds: Dataset,
+                     indices: Sequence[ChunkIndex]) -> list[bytes | MountError | None]:
+        """Decoded chunks through the shared cache, the missing ones read in
+        batches: for each index the chunk, None (not stored) or its error."""
+        return await self.chunk_cache.get_many(
+            self._chunk_keys(op, ds, indices), chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
+
+    def prefetch_chunks(self, op: ObjPath, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
+        """Start decoding chunks in the background, in batches; how many of
+        ``indices`` (from the first) the cache accepted for now."""
+        return self.chunk_cache.prefetch_many(
+            self._chunk_keys(op, ds, indices), chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
+
+    def chunk_file_read(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
+        """A chunk file is being read: prefetch the next chunks in grid order if
+        this dataset's chunk files are being read in that order."""
+        self.grid_readahead.on_read((op.domain.path, ds.id), ds, index,
+                                    lambda ahead: self.prefetch_chunks(op, ds, ahead))
+
+    def readahead(self) -> readahead.ReadaheadWindow:
+        """A new readahead window for one reader of decoded chunks, up to
+        ``readahead_cap`` (none when the chunk cache has no room for it)."""
+        cap = self.readahead_cap
+        return readahead.ReadaheadWindow(readahead.START if cap >= readahead.START else 0, cap)
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """Where background work runs: the nursery the daemon gives the chunk cache."""
+        return self.chunk_cache.nursery

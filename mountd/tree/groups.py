@@ -1,0 +1,300 @@
+"""A group's directory: for each link ``P``, the entries ``P``, ``P.json`` and views.
+
+Owns ``GroupDir``: the entries a group's links contribute (the child's
+directory, its sidecar and the entries of the views that apply to it; a
+symlink for a soft or external link, or a hard link back to an ancestor,
+plus symlinks to the target's sidecar and views), the group's own files
+(``.zattrs``, ``.zgroup``, and the mount root's ``.root.json``), and the
+name index that makes lookups O(1) (a real link's name wins over a
+generated one). ``Symlink`` is a link's node; ``object_dir`` makes the
+directory node for an object of a given kind.
+
+Listing a group fetches its children's objects in batches and makes every
+entry with its stat, ``LIST_CONCURRENCY`` links at a time. The rows are
+memoised with the group object and checked, before reuse, against the
+child objects they were made from; a group with soft, external or cyclic
+links is listed afresh each time, as its symlink texts depend on other
+groups. Listing a group tells the preloader the order of its child
+directories, and listing one of them may load the next ones ahead.
+
+Concurrency: nodes are immutable; the memo and the name index change only
+in synchronous calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from layouts.model import AnyObject, Group, Link, LinkKind, ObjectKind
+from mountd.errors import MountError, NotFound
+from mountd.names import display_name
+from mountd.nodes import (
+    DirListing,
+    Node,
+    NodeType,
+    Row,
+    SnapshotListing,
+    Stat,
+    SymlinkNode,
+    listed_stat,
+)
+from mountd.tree.datasets import DatasetDir
+from mountd.tree.fanout import for_each
+from mountd.tree.meta import ZATTRS_NAME, ZGROUP_NAME, sidecar_file, zattrs_file, zgroup_file
+from mountd.tree.objdir import ObjectDir
+from mountd.tree.paths import ROOT_SIDECAR, SIDECAR, ObjPath, inside_text, relative, root_path
+from mountd.tree.preload import LIST_CONCURRENCY
+from mountd.tree.viewctx import ObjectContext, shows
+from mountd.tree.viewnodes import view_node
+
+if TYPE_CHECKING:
+    from mountd.tree.core import Tree
+
+#: Children whose objects are fetched ahead when a group is loaded in the background.
+PRELOAD_LINKS = 1000
+#: Rough bytes one name of a group index costs, for the memo's budget.
+_INDEX_ENTRY_BYTES = 200
+#: Rough bytes one memoised readdir row costs beyond its node (which the inode
+#: table holds anyway while the kernel knows the entry).
+_ROW_BYTES = 160
+
+
+def object_dir(tree: Tree, op: ObjPath, kind: ObjectKind) -> ObjectDir:
+    if kind is ObjectKind.GROUP:
+        return GroupDir(tree, op)
+    if kind is ObjectKind.DATASET:
+        return DatasetDir(tree, op)
+    return ObjectDir(tree, op)
+
+
+class Symlink(SymlinkNode):
+    """A symlink with fixed text; ``times`` is its (mtime, ctime).
+
+    It has no xattrs: Linux refuses ``user.*`` attributes on symlinks before
+    asking the filesystem (ENODATA), so the link as stored is kept in the
+    parent group's sidecar (``links``) instead.
+    """
+
+    def __init__(self, key: Hashable, text: str, times: tuple[float, float]) -> None:
+        self._key = key
+        self._text = text
+        self._mtime, self._ctime = times
+
+    @property
+    def key(self) -> Hashable:
+        return self._key
+
+    async def stat(self) -> Stat:
+        return Stat(NodeType.SYMLINK, size=len(self._text.encode("utf-8", "surrogateescape")),
+                    mtime=self._mtime, ctime=self._ctime)
+
+    async def target(self) -> str:
+        return self._text
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """A group's readdir rows; ``objects`` are the (id, object) pairs they were
+    made from (None: not reusable); ``dirs`` the child directories in order."""
+
+    rows: list[Row]
+    objects: list[tuple[str, AnyObject]] | None
+    dirs: list[tuple[Hashable, ObjectDir]]
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupIndex:
+    """Entry name -> (link name, suffix), real link names winning; and the names sorted."""
+
+    names: dict[str, tuple[str, str]]
+    order: list[str]
+
+
+class GroupDir(ObjectDir):
+    """A group: for each link ``P``, the entries ``P``, ``P.json`` and views."""
+
+    def __init__(self, tree: Tree, op: ObjPath, mount_root: bool = False) -> None:
+        super().__init__(tree, op)
+        self.mount_root = mount_root
+
+    def _suffixes(self) -> list[str]:
+        return [SIDECAR, *(view.suffix for view in self.tree.entry_views)]
+
+    def _index(self, group: Group) -> _GroupIndex:
+        """The group's entry names, built once per group object (O(1) lookups after)."""
+        key = ("index", self.op.domain.path, group.id)
+        index: _GroupIndex | None = self.tree.memo.get(key, group)
+        if index is not None:
+            return index
+        names: dict[str, tuple[str, str]] = {}
+        suffixes = self._suffixes()
+        for name in sorted(group.links):
+            for suffix in suffixes:
+                names.setdefault(display_name(name, suffix), (name, suffix))
+        for name in group.links:
+            names[display_name(name)] = (name, "")
+        index = _GroupIndex(names, sorted(names))
+        self.tree.memo.put(key, index, _INDEX_ENTRY_BYTES * len(names), group)
+        return index
+
+    def open_listing(self) -> DirListing:
+        return SnapshotListing(self.listing)
+
+    async def listing(self) -> list[Row]:
+        """Every entry with its stat, sorted by name after the group's own files.
+
+        The rows are memoised with the group object and checked, before
+        reuse, against the child objects they were made from (one dict
+        lookup each, no I/O); a group with soft, external or cyclic links is
+        computed afresh each time, as its symlink texts depend on other groups.
+        """
+        group = await self.tree.group(self.op)
+        self.tree.preload.dir_opened(self)
+        key = ("rows", self.op.key)
+        rows: _Rows | None = self.tree.memo.get(key, group, self.op.domain)
+        if rows is None or not self.tree.all_fresh(self.op.domain, rows.objects):
+            rows = await self._rows(group)
+            if rows.objects is not None:
+                self.tree.memo.put(key, rows, _ROW_BYTES * len(rows.rows), group, self.op.domain)
+        self.tree.preload.remember(self.op.key, rows.dirs)
+        return rows.rows
+
+    async def _rows(self, group: Group) -> _Rows:
+        index = self._index(group)
+        times = self.tree.times(self.op, group)
+        children = self._children(group)
+        await self.tree.load_objects(self.op.domain, [op.id for op in children])
+        per_link: dict[str, dict[str, Node]] = {}
+
+        async def fill(name: str) -> None:
+            per_link[name] = await self._link_entries(name, group.links[name], times, True)
+
+        await for_each(list(group.links), fill, LIST_CONCURRENCY)
+        rows = [Row(name, node, await listed_stat(node))
+                for name, node in self._own_files().items() if name not in index.names]
+        for shown in index.order:
+            name, suffix = index.names[shown]
+            node = per_link[name].get(suffix)
+            if node is not None:
+                rows.append(Row(shown, node, await listed_stat(node)))
+        objects: list[tuple[str, AnyObject]] | None = None
+        if len(children) == len(group.links):
+            objects = []
+            for op in children:
+                obj = self.tree.peek(op)
+                if obj is None:  # not loaded (an error): make the rows again next time
+                    objects = None
+                    break
+                objects.append((op.id, obj))
+        dirs = [(row.node.op.key, row.node) for row in rows if isinstance(row.node, ObjectDir)]
+        return _Rows(rows, objects, dirs)
+
+    def _children(self, group: Group) -> list[ObjPath]:
+        """Where the group's hard links lead, leaving out links back to an ancestor."""
+        return [self.op.child(name, link.target) for name, link in group.links.items()
+                if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None]
+
+    def loaded(self) -> bool:
+        """True once the group's rows are made and still current."""
+        group = self.tree.peek(self.op)
+        if not isinstance(group, Group):
+            return False
+        rows: _Rows | None = self.tree.memo.get(("rows", self.op.key), group, self.op.domain)
+        return rows is not None and self.tree.all_fresh(self.op.domain, rows.objects)
+
+    async def preload(self) -> None:
+        """Fetch the group and the objects of its first ``PRELOAD_LINKS`` children."""
+        async with self.tree.preload.limiter:
+            group = await self.tree.group(self.op)
+        children = self._children(group)[:PRELOAD_LINKS]
+        await self.tree.load_objects(self.op.domain, [op.id for op in children])
+
+    async def lookup(self, name: str) -> Node:
+        group = await self.tree.group(self.op)
+        found = self._index(group).names.get(name)
+        if found is None:
+            own = self._own_files().get(name)
+            if own is None:
+                raise NotFound(name)
+            return own
+        link_name, suffix = found
+        times = self.tree.times(self.op, group)
+        entries = await self._link_entries(link_name, group.links[link_name], times, False)
+        node = entries.get(suffix)
+        if node is None:
+            raise NotFound(name)
+        return node
+
+    def _own_files(self) -> dict[str, Node]:
+        """Files of the group itself: zarr metadata, and the mount root's sidecar."""
+        files: dict[str, Node] = {}
+        if self.mount_root:
+            files[ROOT_SIDECAR] = sidecar_file(self.tree, self.op)
+        files[ZATTRS_NAME] = zattrs_file(self.tree, self.op)
+        files[ZGROUP_NAME] = zgroup_file(self.tree, self.op)
+        return files
+
+    async def _link_entries(self, name: str, link: Link, times: tuple[float, float],
+                            listing: bool) -> dict[str, Node]:
+        """The entries one link contributes, by suffix (``""`` is the link itself),
+        for a ``listing`` or a lookup. Symlinks get the group's ``times`` (the
+        model has no times of links)."""
+        if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None:
+            return await self._object_entries(self.op.child(name, link.target), link, listing)
+        tree = self.tree
+        if link.kind is LinkKind.HARD:
+            target = self.op.ancestor(link.target)
+        elif link.kind is LinkKind.SOFT:
+            target = await tree.links.resolve(self.op, link.target)
+        else:
+            domain = await tree.links.external_domain(self.op.domain, link)
+            target = (None if domain is None
+                      else await tree.links.resolve(root_path(domain), link.target))
+        here = tree.places.dir_location(self.op)
+        if target is None:
+            if link.kind is LinkKind.SOFT:
+                text = relative(tree.places.h5_location(self.op, link.target), here)
+            else:
+                text = inside_text(f"{link.domain}::{link.target}")
+            return {"": Symlink(("link", self.op.key, name), text, times)}
+        entries: dict[str, Node] = {
+            "": Symlink(("link", self.op.key, name),
+                        relative(tree.places.dir_location(target), here), times),
+        }
+        try:
+            obj = await tree.obj(target)
+        except MountError:
+            return entries
+        ctx = ObjectContext(tree, target, obj)
+        suffixes = [SIDECAR, *[view.suffix for view in tree.entry_views if await shows(view, ctx)]]
+        for suffix in suffixes:
+            location = tree.places.file_location(target, suffix)
+            entries[suffix] = Symlink(("link", self.op.key, name, suffix),
+                                      relative(location, here), times)
+        return entries
+
+    async def _object_entries(self, op: ObjPath, link: Link, listing: bool) -> dict[str, Node]:
+        """The object's directory, sidecar and views. The object is fetched when
+        the views or its kind need it, and always for a ``listing``: readdir
+        stats every entry next, so the listing fetches its children concurrently."""
+        kind = link.target_kind
+        obj: AnyObject | None = None
+        if listing or kind is None or self.tree.entry_views:
+            try:
+                obj = await self.tree.obj(op)
+                kind = obj.kind
+            except MountError:
+                if kind is None:
+                    kind = ObjectKind.GROUP
+        entries: dict[str, Node] = {
+            "": object_dir(self.tree, op, kind),
+            SIDECAR: sidecar_file(self.tree, op),
+        }
+        if obj is not None:
+            ctx = ObjectContext(self.tree, op, obj)
+            for view in self.tree.entry_views:
+                if await shows(view, ctx):
+                    entries[view.suffix] = view_node(self.tree, op, view)
+        return entries

@@ -1,0 +1,124 @@
+"""Metadata files: an object's sidecar and its Zarr v2 files, rendered.
+
+Owns ``MetaFile``, a small file rendered whole from one object's metadata
+(``P.json``, ``.root.json``, ``.zattrs``, ``.zarray``, ``.zgroup``), and the
+renderers of each: the sidecar (``mountd.sidecar``, with the keys the
+registered views add, ``mountd.tree.viewctx.sidecar_keys``) and the Zarr
+files (``mountd.zarrmeta``).
+
+A rendering is memoised with the object (and the domain, whose metadata a
+root sidecar shows), and with every other object it was derived from (what
+views read through their context), for as long as the catalog hands out
+those same instances: ``stat`` renders the content to learn its exact size,
+and ``open`` and later ``stat`` calls reuse it.
+
+Concurrency: nodes are immutable; two tasks that render at once both
+render, and the second one's is kept (the memo's rule for pure derivations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
+
+from layouts.model import AnyObject, Dataset
+from mountd import sidecar, zarrmeta
+from mountd.errors import StorageError
+from mountd.nodes import BytesHandle, FileHandle, FileNode, NodeType, Stat
+from mountd.tree.paths import SIDECAR, InDomain, ObjPath
+from mountd.tree.viewctx import ObjectContext, sidecar_keys
+
+if TYPE_CHECKING:
+    from mountd.tree.core import Tree
+
+ZGROUP_NAME = ".zgroup"
+ZATTRS_NAME = ".zattrs"
+ZARRAY_NAME = ".zarray"
+
+#: What a renderer gives: the content, and the other objects it was derived
+#: from, as (id, object).
+Rendered = tuple[bytes, Sequence[tuple[str, AnyObject]]]
+MetaRender = Callable[["Tree", ObjPath, AnyObject], Awaitable[Rendered]]
+#: Rough bytes one object a rendering depends on costs in the memo.
+_SEEN_BYTES = 64
+
+
+class MetaFile(InDomain, FileNode):
+    """A small file rendered from one object's metadata (``P.json``, ``.zattrs``...).
+
+    Its size is exact: ``stat`` renders the content from the cached object,
+    and the rendering is memoised for ``open`` and later ``stat`` calls while
+    the catalog returns the same objects.
+    """
+
+    def __init__(self, tree: Tree, op: ObjPath, name: str, render: MetaRender) -> None:
+        self.tree = tree
+        self.op = op
+        self.name = name
+        self._render = render
+
+    @property
+    def key(self) -> Hashable:
+        return ("meta", self.name, self.op.key)
+
+    async def content(self) -> bytes:
+        return await self._content(await self.tree.obj(self.op))
+
+    async def _content(self, obj: AnyObject) -> bytes:
+        domain = self.op.domain
+        kept: Rendered | None = self.tree.memo.get(self.key, obj, domain)
+        if kept is not None and (not kept[1] or self.tree.all_fresh(domain, kept[1])):
+            return kept[0]
+        data, seen = await self._render(self.tree, self.op, obj)
+        self.tree.memo.put(self.key, (data, seen), len(data) + _SEEN_BYTES * len(seen),
+                           obj, domain)
+        return data
+
+    async def stat(self) -> Stat:
+        obj = await self.tree.obj(self.op)
+        mtime, ctime = self.tree.times(self.op, obj)
+        return Stat(NodeType.FILE, size=len(await self._content(obj)), mtime=mtime, ctime=ctime)
+
+    async def open(self) -> FileHandle:
+        handle = BytesHandle(self.content)
+        await handle.data()
+        return handle
+
+
+async def _render_sidecar(tree: Tree, op: ObjPath, obj: AnyObject) -> Rendered:
+    domain = op.domain if not op.names else None
+    ctx = ObjectContext(tree, op, obj)
+    views = await sidecar_keys(tree.sidecar_views, ctx)
+    data = await sidecar.sidecar_bytes(obj, op.h5path, domain, tree.refs.resolver(op.domain),
+                                       views)
+    return data, ctx.seen
+
+
+async def _render_zattrs(tree: Tree, op: ObjPath, obj: AnyObject) -> Rendered:
+    return await zarrmeta.zattrs_bytes(obj, op.h5path, tree.refs.resolver(op.domain)), ()
+
+
+async def _render_zarray(tree: Tree, op: ObjPath, obj: AnyObject) -> Rendered:
+    if not isinstance(obj, Dataset):
+        raise StorageError(op.h5path, "not a dataset")
+    return zarrmeta.zarray_bytes(obj), ()
+
+
+async def _render_zgroup(tree: Tree, op: ObjPath, obj: AnyObject) -> Rendered:
+    return zarrmeta.ZGROUP, ()
+
+
+def sidecar_file(tree: Tree, op: ObjPath) -> MetaFile:
+    return MetaFile(tree, op, SIDECAR, _render_sidecar)
+
+
+def zattrs_file(tree: Tree, op: ObjPath) -> MetaFile:
+    return MetaFile(tree, op, ZATTRS_NAME, _render_zattrs)
+
+
+def zgroup_file(tree: Tree, op: ObjPath) -> MetaFile:
+    return MetaFile(tree, op, ZGROUP_NAME, _render_zgroup)
+
+
+def zarray_file(tree: Tree, op: ObjPath) -> MetaFile:
+    return MetaFile(tree, op, ZARRAY_NAME, _render_zarray)

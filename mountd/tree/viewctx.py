@@ -1,0 +1,150 @@
+"""The view context: what a view sees of the mount for one object.
+
+Owns ``ObjectContext``, the tree's implementation of
+``layouts.viewapi.ViewContext``, and the two ways the tree asks views about
+an object without letting a view's failure spread: ``shows`` (does a view
+apply, for a listing or a symlink) and ``sidecar_keys`` (the keys views add
+to a sidecar). A context gives a view the object and its path, other
+objects by path (``Links.resolve``) or reference (``RefIndex``), chunks
+through the tree's chunk cache, a readahead window, the memo (keyed by the
+object's domain and id, so hard-linked aliases share values) and the
+nursery; and it records every object ``child`` and ``deref`` returned
+(``seen``), so what the tree derives through it (a view file's size, a
+sidecar) is kept only while those objects are current too.
+
+Concurrency: a context is made for one operation (a listing entry, a stat,
+an open, a render); its only mutable state is ``seen``, which only grows,
+with no ``await`` between a fetch's end and its record. An open file's
+reader keeps its context for the life of the handle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from layouts.model import AnyObject, ChunkIndex, Dataset, ObjectRef
+from layouts.viewapi import Readahead, View
+from mountd.chunkahead import chunk_unit
+from mountd.errors import MountError, StorageError, report_unexpected
+from mountd.tree.paths import ObjPath, root_path
+
+if TYPE_CHECKING:
+    from mountd.tree.core import Tree
+
+log = logging.getLogger(__name__)
+
+
+class ObjectContext:
+    """A view's context for the object at ``op``."""
+
+    __slots__ = ("_obj", "_tree", "op", "seen")
+
+    def __init__(self, tree: Tree, op: ObjPath, obj: AnyObject) -> None:
+        self._tree = tree
+        self._obj = obj
+        self.op = op
+        #: The objects ``child`` and ``deref`` returned, as (id, object).
+        self.seen: list[tuple[str, AnyObject]] = []
+
+    @property
+    def obj(self) -> AnyObject:
+        return self._obj
+
+    @property
+    def path(self) -> str:
+        return self.op.h5path
+
+    @property
+    def name(self) -> str:
+        return self.op.names[-1] if self.op.names else ""
+
+    async def child(self, path: str) -> AnyObject | None:
+        target = await self._tree.links.resolve(self.op, path)
+        return None if target is None else await self._fetch(target)
+
+    async def deref(self, ref: ObjectRef) -> AnyObject | None:
+        path = await self._tree.refs.ref_path(self.op.domain, ref)
+        if path is None:
+            return None
+        target = await self._tree.links.resolve(root_path(self.op.domain), path)
+        return None if target is None else await self._fetch(target)
+
+    async def _fetch(self, target: ObjPath) -> AnyObject:
+        obj = await self._tree.obj(target)
+        self.seen.append((target.id, obj))
+        return obj
+
+    async def chunk(self, ds: Dataset, index: ChunkIndex) -> bytes | None:
+        return await self._tree.chunk(self.op, ds, index)
+
+    async def chunks(self, ds: Dataset, indices: Sequence[ChunkIndex]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for data in await self._tree.chunks(self.op, ds, indices):
+            if isinstance(data, MountError):
+                raise data
+            out.append(data)
+        return out
+
+    def prefetch(self, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
+        return self._tree.prefetch_chunks(self.op, ds, indices)
+
+    def chunk_cost(self, ds: Dataset) -> int:
+        return chunk_unit(ds)
+
+    def readahead(self) -> Readahead:
+        return self._tree.readahead()
+
+    def _memo_key(self, key: Hashable) -> Hashable:
+        return ("view", self.op.domain.path, self._obj.id, key)
+
+    def recall(self, key: Hashable, *deps: object) -> Any:
+        return self._tree.memo.get(self._memo_key(key), self._obj, *deps)
+
+    def keep(self, key: Hashable, value: Any, size: int, *deps: object) -> None:
+        self._tree.memo.put(self._memo_key(key), value, size, self._obj, *deps)
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        return self._tree.nursery
+
+    def error(self, reason: str) -> Exception:
+        return StorageError(self.op.h5path, reason)
+
+
+async def shows(view: View, ctx: ObjectContext) -> bool:
+    """Whether ``view`` applies to the context's object, for a listing: a view
+    that cannot tell (a broken child, a bug in the view) does not, so the
+    object's other entries are still shown."""
+    try:
+        return await view.applies(ctx)
+    except MountError as exc:
+        log.debug("view %s of %s left out: %s", view.suffix, ctx.path, exc)
+    except Exception as exc:
+        report_unexpected(f"view {type(view).__name__} of {ctx.path}", exc)
+    return False
+
+
+async def sidecar_keys(views: Sequence[View], ctx: ObjectContext) -> dict[str, Any]:
+    """The keys ``views`` add to the context's object's sidecar: for each
+    ``sidecar_key``, the value of the first view that applies and gives one.
+    A view that fails leaves its key out; the rest of the sidecar stands."""
+    keys: dict[str, Any] = {}
+    for view in views:
+        key = view.sidecar_key
+        if key is None or key in keys or not await shows(view, ctx):
+            continue
+        try:
+            value = await view.sidecar(ctx)
+        except MountError as exc:
+            log.debug("sidecar key %s of %s left out: %s", key, ctx.path, exc)
+            continue
+        except Exception as exc:
+            report_unexpected(f"view {type(view).__name__} of {ctx.path}", exc)
+            continue
+        if value is not None:
+            keys[key] = value
+    return keys
