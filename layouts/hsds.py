@@ -51,6 +51,7 @@ from layouts.bounds import (
 from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, SourceError, report_once
 from layouts.h5types import MAX_TYPE_DEPTH, parsed_type
 from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
+from layouts.hsds_keyindex import DomainKeys
 from layouts.hsds_linked import linked_chunks, linked_store
 from layouts.hsds_values import attribute_value, fill_value
 from layouts.model import (
@@ -65,7 +66,7 @@ from layouts.model import (
     LinkKind,
     ObjectKind,
 )
-from layouts.places import Host, Place
+from layouts.places import Host, Place, PlaceKind
 from layouts.storage import DEFAULT_MAX_METADATA, OpenUri, Store, get_capped, get_many
 
 log = logging.getLogger(__name__)
@@ -155,8 +156,10 @@ async def open_place(place: Place, host: Host) -> HsdsCatalog:
     assert place.store is not None
     source, domain = place.location, host.domain
     single = None if domain is None else _domain_path(domain)
+    keys = DomainKeys(place.store, host.metadata_ttl) if place.kind is PlaceKind.BUCKET \
+        else None
     catalog = HsdsCatalog(place.store, single_domain=single, open_uri=host.storage_opener(),
-                          max_metadata=host.max_metadata)
+                          max_metadata=host.max_metadata, domain_keys=keys)
     if single is not None:
         try:
             found = await catalog.domain(single)
@@ -184,13 +187,16 @@ class HsdsCatalog:
     HDF5 files that linked datasets name (``layouts.storage.OpenUri``);
     without it their chunks cannot be read, while their metadata still can.
     ``max_metadata`` is the largest JSON object read, in bytes (``Corrupt``
-    beyond it).
+    beyond it). With ``domain_keys`` (object stores), datasets list their
+    chunks from one listing of their domain (``layouts.hsds_keyindex``).
     """
 
     def __init__(self, store: Store, single_domain: str | None = None,
                  open_uri: OpenUri | None = None,
-                 max_metadata: int = DEFAULT_MAX_METADATA) -> None:
+                 max_metadata: int = DEFAULT_MAX_METADATA,
+                 domain_keys: DomainKeys | None = None) -> None:
         self._store = store
+        self._domain_keys = domain_keys
         self._open_uri = open_uri
         self._single = _clean_path(single_domain) if single_domain is not None else None
         self._max_metadata = max_metadata
@@ -428,7 +434,8 @@ class HsdsCatalog:
             if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
                 raise FormatError(f"bad partition_count {partitions!r}")
             spec = ChunkSpec(htype=htype, etype=etype, chunks=chunks, plan=plan)
-            store = HsdsChunkStore(self._store, hid, shape, spec, partitions)
+            store = HsdsChunkStore(self._store, hid, shape, spec, partitions,
+                                   domain_keys=self._domain_keys)
         check_sizes(shape, chunks, etype)
         return Dataset(
             id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),

@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import struct
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,7 @@ from layouts.decoding import decode_sized
 from layouts.errors import Corrupt, FormatError, LayoutError, NotFound
 from layouts.h5filters import filter_classes
 from layouts.h5types import HType
+from layouts.hsds_keyindex import DomainKeys
 from layouts.hsds_values import read_count, read_elements, to_plain
 from layouts.inflate import MAX_VLEN_CHUNK_BYTES, blosc_sizes, inflate, unblosc
 from layouts.model import ChunkIndex, ElementType, VlenKind, chunk_grid, in_chunk_grid
@@ -298,8 +299,10 @@ class HsdsChunkStore:
     """
 
     def __init__(self, store: Store, dset: hsds_ids.HsdsId, shape: tuple[int, ...] | None,
-                 spec: ChunkSpec, partition_count: int = 0) -> None:
+                 spec: ChunkSpec, partition_count: int = 0, *,
+                 domain_keys: DomainKeys | None = None) -> None:
         self._store = store
+        self._domain_keys = domain_keys
         self._dset = dset
         self._shape = shape
         self._spec = spec
@@ -396,6 +399,12 @@ class HsdsChunkStore:
             async for index in self._iter_v1():
                 yield index
             return
+        if self._domain_keys is not None:
+            names = await self._domain_keys.chunk_names(self._dset)
+            if names is not None:
+                for index in self._indexed(names):
+                    yield index
+                return
         base = self._dset.chunk_dir()
         if not self._partitions:
             async for index in self._iter_dir(base, None):
@@ -411,6 +420,28 @@ class HsdsChunkStore:
             if name[:1] != "p" or not number.isdigit() or int(number) >= self._partitions:
                 continue
             async for index in self._iter_dir(prefix, int(number)):
+                yield index
+
+    def _indexed(self, names: list[str]) -> Iterator[ChunkIndex]:
+        """The chunks among the names a domain listing found under the chunk
+        directory, by the same rules as listing it (``_iter_dir``)."""
+        rank = len(self._grid or ())
+        for listed in names:
+            partition: int | None = None
+            name = listed
+            if self._partitions:
+                head, sep, name = listed.partition("/")
+                number = head[1:]
+                if not sep or head[:1] != "p" or not number.isdigit() or \
+                        int(number) >= self._partitions:
+                    continue
+                partition = int(number)
+            elif "/" in name:
+                continue
+            index = hsds_ids.parse_chunk_name(name, rank)
+            if index is None or not self._in_grid(index):
+                continue
+            if partition is None or hsds_ids.partition_of(index, self._partitions) == partition:
                 yield index
 
     async def _keys(self, prefix: str) -> AsyncIterator[str]:

@@ -59,6 +59,11 @@ class Host(Protocol):
         """The largest metadata object read, in bytes (``-o max_metadata``)."""
         ...
 
+    @property
+    def metadata_ttl(self) -> float:
+        """Seconds anything read from storage may be served (``-o metadata_ttl``)."""
+        ...
+
     def storage_opener(self) -> OpenUri:
         """Opens the files that the objects of a DIRECTORY or BUCKET place name by
         URI in its own storage (an HSDS ``file_uri``), and nothing outside it."""

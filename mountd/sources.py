@@ -137,6 +137,10 @@ class _Host:
     def max_metadata(self) -> int:
         return self._config.max_metadata
 
+    @property
+    def metadata_ttl(self) -> float:
+        return self._config.metadata_ttl
+
     def storage_opener(self) -> OpenUri:
         assert self._storage is not None, "only directories and buckets have storage"
         return self._storage

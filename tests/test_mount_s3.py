@@ -16,10 +16,12 @@ import os
 import random
 import signal
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import h5py
 import numpy as np
@@ -321,3 +323,34 @@ def test_disk_cache_survives_a_remount(s3_bucket, mnt, proxy, tmp_path) -> None:
     # One revalidation per chunk object (the dataset's own JSON shares the prefix).
     heads = [r.target for r in proxy.requests("HEAD", where) if not r.target.endswith(".json")]
     assert len(heads) == 27
+
+
+def _list_prefixes(proxy: FaultProxy) -> list[str]:
+    """The ``prefix`` of every listing (its first ListObjectsV2 page) the proxy saw."""
+    prefixes = []
+    for seen in proxy.requests("GET", "list-type=2"):
+        query = parse_qs(urlsplit(seen.target).query)
+        if "continuation-token" not in query:  # the first page of a listing
+            prefixes.append(query.get("prefix", [""])[0])
+    return prefixes
+
+
+def test_walk_lists_each_domain_not_each_dataset(s3_bucket, mnt, proxy, tmp_path) -> None:
+    """``find`` over the whole S3 mount lists every domain's dataset keys in one
+    listing (``layouts.hsds_keyindex``) instead of one LIST per dataset, and finds
+    exactly what the local mount shows."""
+    local = subprocess.run(["find", "."], cwd=mnt, capture_output=True, text=True, check=True)
+    with proxied(s3_bucket, proxy, tmp_path / "mp") as mp:
+        found = subprocess.run(["find", "."], cwd=mp, capture_output=True, text=True,
+                               check=True)
+        dirs = [mp / d for d in found.stdout.split("\n")
+                if d and (mp / d).is_dir() and not (mp / d).is_symlink()]
+        datasets = sum(1 for d in dirs if "user.h5.kind" in os.listxattr(d)
+                       and os.getxattr(d, "user.h5.kind") == b"dataset")
+    assert sorted(found.stdout.split("\n")) == sorted(local.stdout.split("\n"))
+    prefixes = _list_prefixes(proxy)
+    domain_level = [p for p in prefixes if p.endswith("/d/")]
+    per_dataset = [p for p in prefixes if "/d/" in p and not p.endswith("/d/")]
+    assert datasets > 20
+    assert per_dataset == []
+    assert 1 <= len(set(domain_level)) == len(domain_level)
