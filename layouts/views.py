@@ -11,9 +11,21 @@ Immutable after import; shared by every task.
 
 from __future__ import annotations
 
+from layouts.anndata import AnndataKeys, AwkwardJsonl, DataFrameCsv, ElementTxt, SparseMtx
+from layouts.h5table import H5TableCsv
+from layouts.legend import LegendCsvView, LegendJsonlView, LegendView
 from layouts.npy import NpyView
 from layouts.viewapi import View
 
 VIEWS: tuple[View, ...] = (
     NpyView(),
+    AnndataKeys(),
+    DataFrameCsv(),
+    SparseMtx(),
+    ElementTxt(),
+    AwkwardJsonl(),
+    LegendView(),
+    LegendCsvView(),
+    LegendJsonlView(),
+    H5TableCsv(),
 )
