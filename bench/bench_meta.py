@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numcodecs
 import numpy as np
@@ -419,19 +420,28 @@ def run_json_peer(run: Run, key: str, domain: str) -> None:
     keys_file = run.workdir / f"{key}.keys"
     keys_file.write_text("\n".join(group_json_keys(run.data, domain)))
     for _ in range(run.repeat):
-        drop_caches_noted(case)
-        bench_npy.wait_quiet(run.max_busy, run.quiet_timeout)
-        try:
-            _, out = timed_command([sys.executable, "-c", JSON_LOOP, str(run.data.bucket_dir),
-                                    str(keys_file)], run.timeout, capture=True)
-        except CommandTimeout as exc:
-            case.bound = exc.seconds
-            case.status = f"> {exc.seconds:.0f} s"
-            _note_once(case, str(exc))
+        if run_loop(run, case, [JSON_LOOP, str(run.data.bucket_dir), str(keys_file)]) is None:
             return
-        found = json.loads(out)
-        case.add(found["seconds"], 0)
-        case.cpu.append({"client": found["cpu"]})
+
+
+def run_loop(run: Run, case: MetaCase, args: list[str]) -> dict[str, Any] | None:
+    """One run of a Python-loop peer (``python -c ARGS...``, printing its JSON with
+    ``seconds`` and ``cpu``) in a subprocess of its own, page cache dropped; its
+    figures are added to ``case``. A loop slower than the timeout leaves its bound
+    on the case and gives None."""
+    drop_caches_noted(case)
+    bench_npy.wait_quiet(run.max_busy, run.quiet_timeout)
+    try:
+        _, out = timed_command([sys.executable, "-c", *args], run.timeout, capture=True)
+    except CommandTimeout as exc:
+        case.bound = exc.seconds
+        case.status = f"> {exc.seconds:.0f} s"
+        _note_once(case, str(exc))
+        return None
+    found: dict[str, Any] = json.loads(out)
+    case.add(found["seconds"], 0)
+    case.cpu.append({"client": found["cpu"]})
+    return found
 
 
 def run_wide10k(run: Run) -> None:
@@ -502,27 +512,11 @@ def chunk_loop_main(argv: list[str]) -> None:
 
 
 def run_loop_peer(run: Run) -> None:
-    """One run of the Python-loop peer in a subprocess of its own, page cache dropped.
-
-    A loop slower than the timeout leaves its bound on the case.
-    """
-    case = run.cases["tiny_loop"]
-    directory = chunk_dir(run.data, "x")
-    drop_caches_noted(case)
-    bench_npy.wait_quiet(run.max_busy, run.quiet_timeout)
-    try:
-        _, out = timed_command([sys.executable, "-c", CHUNK_LOOP, str(directory),
-                                str(scaledata.TINY_CHUNKS)], run.timeout, capture=True)
-    except CommandTimeout as exc:
-        case.bound = exc.seconds
-        case.status = f"> {exc.seconds:.0f} s"
-        _note_once(case, str(exc))
-        return
-    found = json.loads(out)
-    if not found["correct"]:
+    """One run of the tiny-chunk Python loop (``run_loop``), its values checked."""
+    found = run_loop(run, run.cases["tiny_loop"], [CHUNK_LOOP, str(chunk_dir(run.data, "x")),
+                                                   str(scaledata.TINY_CHUNKS)])
+    if found is not None and not found["correct"]:
         raise BenchError("the Python loop decoded values other than scaledata.tiny_value's")
-    case.add(found["seconds"], 0)
-    case.cpu.append({"client": found["cpu"]})
 
 
 def check_tiny_npy(path: Path, count: int) -> None:
