@@ -192,7 +192,11 @@ def test_stalled_server_gives_eio_not_a_hang(s3_bucket, proxy, tmp_path) -> None
         with pytest.raises(OSError) as err:
             (mp / GZIP / "1.1").read_bytes()
         assert err.value.errno == errno.EIO
-        assert time.monotonic() - started < 3 + 2
+        # One timeout, twice at most: the kernel retries a failed readahead page at
+        # once, and the chunk cache gives that retry the same error (error_ttl),
+        # unless the retry falls into the next metadata_ttl period, whose chunk
+        # keys are new (seen about once in eight runs on a loaded machine).
+        assert time.monotonic() - started < 2 * 3 + 2
 
 
 def test_server_killed_and_restarted_under_a_reader(s3_bucket, mnt, proxy, tmp_path) -> None:
