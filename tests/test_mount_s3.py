@@ -193,9 +193,10 @@ def test_stalled_server_gives_eio_not_a_hang(s3_bucket, proxy, tmp_path) -> None
             (mp / GZIP / "1.1").read_bytes()
         assert err.value.errno == errno.EIO
         # One timeout, twice at most: the kernel retries a failed readahead page at
-        # once, and the chunk cache gives that retry the same error (error_ttl),
-        # unless the retry falls into the next metadata_ttl period, whose chunk
-        # keys are new (seen about once in eight runs on a loaded machine).
+        # once, and the chunk cache gives that retry the same error (error_ttl).
+        # About one run in eight on a loaded machine took 6 s, which looks like a
+        # retry that fetched again (one that falls into the next metadata_ttl
+        # period has new chunk keys); not a hang, so it is allowed.
         assert time.monotonic() - started < 2 * 3 + 2
 
 
