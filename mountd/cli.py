@@ -42,7 +42,10 @@ a P.npy with the whole array, soft links become symlinks and attributes
 become user.h5.* xattrs. Group and dataset directories also hold Zarr v2
 metadata (.zgroup, .zarray, .zattrs), so zarr and xarray read the mount.
 The daemon goes to the background once the mount is live; stop it with
-`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM.
+`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM. SIGHUP drops the cached
+metadata, so that changes in storage show at once; SIGUSR1 writes the
+figures of -o stats_file. Under systemd (NOTIFY_SOCKET) it reports READY=1,
+STATUS=, WATCHDOG=1 (with WatchdogSec=) and STOPPING=1.
 
 `h5mount warm PATH...` reads the files under PATH (inside a mount) so that
 the mount's caches hold them; see `h5mount warm --help`.
@@ -53,6 +56,10 @@ mount options (-o, comma separated, mount(8) style):
   ro                   accepted; the mount is always read-only (rw is refused)
   allow_other          let other users access the mount (non-root users need
                        user_allow_other in /etc/fuse.conf)
+  auto_unmount         unmount when the daemon ends for any reason, even
+                       when killed, so no stale mountpoint ("Transport
+                       endpoint is not connected") is left behind (a
+                       fusermount3 process watches the daemon)
   uid=N, gid=N         owner shown for every file (default: the mounting user)
   fsname=NAME          name shown in /proc/mounts (default: SOURCE)
   metadata_ttl=SECS    how long metadata is cached, and the kernel's

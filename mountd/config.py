@@ -29,6 +29,8 @@ class MountConfig:
     foreground: bool = False
     domain: str | None = None
     allow_other: bool = False
+    #: ``-o auto_unmount``: fusermount3 unmounts when the daemon dies, even by SIGKILL.
+    auto_unmount: bool = False
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
     fsname: str | None = None
@@ -58,6 +60,8 @@ class MountConfig:
                 f"fsname={self.fsname or self.source}"}
         if self.allow_other:
             opts.add("allow_other")
+        if self.auto_unmount:
+            opts.add("auto_unmount")
         opts.update(self.kernel_options)
         return opts
 
@@ -101,6 +105,8 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
             val = value if eq else None
             if name == "allow_other":
                 config.allow_other = True
+            elif name == "auto_unmount":
+                config.auto_unmount = True
             elif name == "uid":
                 config.uid = int(_number(name, val, int))
             elif name == "gid":

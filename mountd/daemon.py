@@ -1,22 +1,35 @@
 """The daemon's lifecycle: checks, backgrounding, the mount, signals, unmount.
 
-Owns the process: it refuses bad mountpoints and sources before anything is
-mounted, forks into the background (the parent exits 0 only once the mount
-is live, otherwise non-zero with the child's one-line reason), runs pyfuse3's
-main loop in a trio nursery, and unmounts cleanly on SIGINT/SIGTERM. When
-``fusermount3 -u`` unmounts from outside, the main loop ends and the process
-exits 0. With ``NOTIFY_SOCKET`` set (systemd ``Type=notify``) it sends
-``READY=1`` once the mount is live and ``STOPPING=1`` on the way out.
+Owns the process: it refuses bad mountpoints (a stale one left by a killed
+daemon with how to clear it) and sources before anything is mounted, forks
+into the background (the parent exits 0 only once the mount is live,
+otherwise non-zero with the child's one-line reason), runs pyfuse3's main
+loop in a trio nursery, and unmounts cleanly on SIGINT/SIGTERM: new
+requests fail with EIO, requests under way get ``SHUTDOWN_GRACE`` seconds
+to finish, then the rest are cancelled (the kernel fails them) and the
+mount goes. When ``fusermount3 -u`` unmounts from outside, the main
+loop ends and the process exits 0. SIGHUP drops the cached metadata (the
+catalog's answers, and the period that decoded chunks and kept page caches
+belong to), so storage is read again on the next access; SIGUSR1 writes
+``-o stats_file``. With ``NOTIFY_SOCKET`` set (systemd ``Type=notify``) it
+sends ``READY=1`` once the mount is live, ``STATUS=`` every
+``STATUS_INTERVAL`` seconds, ``WATCHDOG=1`` every half ``WATCHDOG_USEC``
+when systemd watches this process, and ``STOPPING=1`` on the way out.
 
 Concurrency: one trio run per process. Background work (chunk prefetches)
 lives in the nursery opened by ``_mount_and_serve`` and is cancelled before
-the unmount; the FUSE loop and the signal watcher live in ``_loop``'s nursery.
+the unmount; the FUSE loop, the signal watchers and the systemd
+notifications live in ``_loop``'s nursery, so a wedged loop stops sending
+``WATCHDOG=1`` and systemd restarts the service. A SIGHUP takes effect
+between two awaits of the trio thread: requests under way keep the objects
+they hold, and later ones fetch again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import logging
 import logging.handlers
@@ -25,7 +38,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pyfuse3
@@ -45,11 +58,27 @@ from mountd.tree import Tree
 log = logging.getLogger(__name__)
 
 
+#: Seconds that requests under way at SIGTERM/SIGINT get to finish before the
+#: unmount (new ones fail with EIO meanwhile); well under systemd's stop timeout.
+SHUTDOWN_GRACE = 5.0
+#: Seconds between two ``STATUS=`` updates sent to systemd.
+STATUS_INTERVAL = 5.0
+
+
 class StartError(Exception):
     """The mount cannot start; the message is the one line shown to the user."""
 
 
 def check_mountpoint(path: str) -> None:
+    try:
+        os.statvfs(path)  # unlike stat, never answered from the kernel's attribute cache
+    except OSError as exc:
+        # ECONNABORTED where the kernel aborted requests the dead daemon held.
+        if exc.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+            raise StartError(
+                f"mountpoint {path} is a stale mount left by a daemon that died (transport "
+                f"endpoint is not connected); clear it with `fusermount3 -u {path}` "
+                f"(-o auto_unmount prevents this)") from None
     if not os.path.exists(path):
         raise StartError(f"mountpoint {path} does not exist")
     if not os.path.isdir(path):
@@ -143,6 +172,47 @@ def sd_notify(message: str) -> None:
         sock.sendto(message.encode(), address)
 
 
+def watchdog_interval() -> float | None:
+    """Seconds between ``WATCHDOG=1`` pings (half of systemd's ``WATCHDOG_USEC``),
+    or None if systemd does not watch this process."""
+    usec = os.environ.get("WATCHDOG_USEC", "")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not os.environ.get("NOTIFY_SOCKET") or not usec.isdigit() or int(usec) == 0:
+        return None
+    if pid and pid != str(os.getpid()):
+        return None
+    return int(usec) / 2e6
+
+
+async def _notify_systemd(status: Callable[[], str]) -> None:
+    """Send ``STATUS=`` every ``STATUS_INTERVAL`` seconds, and ``WATCHDOG=1`` now and
+    every half ``WATCHDOG_USEC`` if systemd watches us; until cancelled."""
+    watchdog = watchdog_interval()
+    next_ping = trio.current_time()
+    next_status = next_ping + STATUS_INTERVAL
+    while True:
+        now = trio.current_time()
+        if now >= next_status:
+            sd_notify(f"STATUS={status()}")
+            next_status = now + STATUS_INTERVAL
+        if watchdog is not None and now >= next_ping:
+            sd_notify("WATCHDOG=1")
+            next_ping = now + watchdog
+        await trio.sleep_until(next_status if watchdog is None else min(next_status, next_ping))
+
+
+def _invalidate_attributes(inodes: list[int]) -> None:
+    """Make the kernel ask again for the attributes (sizes, times) of ``inodes``.
+
+    Attributes only: the kernel takes no page lock for that, so a read under
+    way cannot block the call; pages are dropped at the file's next open
+    (``Tree.keep_pages``). Runs in a worker thread, as pyfuse3 asks.
+    """
+    for ino in inodes:
+        with contextlib.suppress(OSError):  # an inode the kernel has forgotten meanwhile
+            pyfuse3.invalidate_inode(ino, attr_only=True)
+
+
 def _own_bdi(mountpoint: str) -> str | None:
     """The sysfs bdi directory of *our* FUSE mount at ``mountpoint``, or None.
 
@@ -175,10 +245,12 @@ def _raise_readahead(mountpoint: str, size: int) -> None:
         log.info("readahead left as is: %s", exc)
 
 
-async def _loop(ops: Operations, config: MountConfig, ready: Callable[[], None],
-                report: Callable[[], None]) -> bool:
+async def _loop(ops: Operations, config: MountConfig, ready: Callable[[], None], *,
+                report: Callable[[], None], refresh: Callable[[], Awaitable[None]],
+                status: Callable[[], str]) -> bool:
     """Run the FUSE loop until unmounted or signalled; True if a signal ended it.
-    SIGUSR1 calls ``report``."""
+    SIGUSR1 calls ``report``, SIGHUP ``refresh``; ``status`` is the summary
+    systemd shows."""
     signalled = False
     async with trio.open_nursery() as nursery:
 
@@ -193,23 +265,29 @@ async def _loop(ops: Operations, config: MountConfig, ready: Callable[[], None],
                 async for signum in signals:
                     log.info("received %s, unmounting", signal.Signals(signum).name)
                     signalled = True
+                    await ops.drain(SHUTDOWN_GRACE)
                     nursery.cancel_scope.cancel()
                     return
 
-        async def watch_report(task_status: trio.TaskStatus[None]) -> None:
-            with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+        async def watch_requests(task_status: trio.TaskStatus[None]) -> None:
+            with trio.open_signal_receiver(signal.SIGUSR1, signal.SIGHUP) as signals:
                 task_status.started()
-                async for _ in signals:
-                    report()
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        await refresh()
+                    else:
+                        report()
 
         nursery.start_soon(main_loop)
         # Both receivers are in place before the mount is reported ready.
         await nursery.start(watch_signals)
-        await nursery.start(watch_report)
+        await nursery.start(watch_requests)
         if config.readahead:
             await trio.to_thread.run_sync(_raise_readahead, config.mountpoint, config.readahead,
                                           abandon_on_cancel=True)
         ready()
+        if os.environ.get("NOTIFY_SOCKET"):
+            nursery.start_soon(_notify_systemd, status)
     return signalled
 
 
@@ -238,8 +316,8 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     keep_freed_memory()
     tune_gc()
     cache = ChunkCache(config.chunk_cache)
-    tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl), views=VIEWS,
-                ttl=config.metadata_ttl, chunk_cache=cache)
+    catalog = CachedCatalog(source.catalog, ttl=config.metadata_ttl)
+    tree = Tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
                      acls=acl_policy(config))
     try:
@@ -253,12 +331,28 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
         if config.stats_file:
             stats.write(config.stats_file, stats.figures(ops, tree, source.block_cache))
 
+    async def refresh() -> None:
+        catalog.drop()
+        tree.refresh()
+        log.info("SIGHUP: cached metadata dropped; storage is read again on the next access")
+        await trio.to_thread.run_sync(_invalidate_attributes, ops.inodes.numbers())
+
+    def status() -> str:
+        text = (f"serving {config.source}: {len(ops.inodes)} inodes, {len(catalog)} objects "
+                f"cached; chunk cache {cache.used >> 20} of {cache.budget >> 20} MiB, "
+                f"{cache.hits} hits, {cache.misses} misses")
+        if source.block_cache is not None:
+            blocks = source.block_cache.stats
+            text += f"; block cache {blocks.hits} hits, {blocks.misses} misses"
+        return text
+
     try:
         async with trio.open_nursery() as background:
             cache.nursery = background
             if source.block_cache is not None:
                 source.block_cache.nursery = background
-            unmount = await _loop(ops, config, ready, report)
+            unmount = await _loop(ops, config, ready, report=report, refresh=refresh,
+                                  status=status)
             background.cancel_scope.cancel()
     finally:
         report()

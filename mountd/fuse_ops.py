@@ -7,7 +7,9 @@ and anything unexpected EIO with a traceback in the log. Every modifying
 call answers EROFS.
 
 Every request is counted by kind in ``Operations.requests`` (one dict
-increment), which the daemon reports (``-o stats_file``).
+increment), which the daemon reports (``-o stats_file``). On shutdown the
+daemon calls ``drain``: requests that arrive from then on fail with EIO, and
+it waits (bounded) for the ones under way to finish.
 
 Concurrency: pyfuse3 runs handlers as concurrent trio tasks. The inode table
 and handle maps are changed only between awaits, so each change is atomic;
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyfuse3
+import trio
 
 from mountd.acls import AclPolicy
 from mountd.errors import (
@@ -62,6 +65,10 @@ _MODES = {
     NodeType.SYMLINK: stat_mod.S_IFLNK | 0o777,
 }
 BLOCK_SIZE = 1 << 20
+#: Seconds between two looks at the requests under way while draining.
+DRAIN_POLL = 0.01
+#: Seconds with no request that end a drain (a reader has seen its EIO by then).
+DRAIN_QUIET = 0.2
 #: The only xattr namespace a mount has; every other is unsupported.
 XATTR_NAMESPACE = b"user."
 
@@ -98,6 +105,10 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
     @functools.wraps(fn)
     async def wrapped(self: Operations, *args: P.args, **kwargs: P.kwargs) -> R:
         self.requests[name] += 1
+        self.last_request = trio.current_time()
+        if self.draining:
+            raise pyfuse3.FUSEError(errno.EIO)
+        self.in_flight += 1
         try:
             return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
@@ -105,6 +116,8 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
         except Exception as exc:
             where = f"{name} {args[0]!r}" if args else name
             raise pyfuse3.FUSEError(errno_of(exc, where)) from None
+        finally:
+            self.in_flight -= 1
 
     return wrapped
 
@@ -134,6 +147,21 @@ class Operations(pyfuse3.Operations):
         #: The uid that opened each directory (readdir requests carry none).
         self._dir_uids: dict[int, int] = {}
         self._next_fh = 1
+        #: Requests being handled now, and when the last one arrived (trio's clock).
+        self.in_flight = 0
+        self.last_request = 0.0
+        #: Set by ``drain``: new requests fail with EIO.
+        self.draining = False
+
+    async def drain(self, grace: float) -> None:
+        """Fail new requests with EIO, and wait at most ``grace`` seconds for the
+        ones under way to finish and the requests to go quiet for ``DRAIN_QUIET``
+        seconds, so that a read(2) the kernel split into several requests ends
+        whole or with EIO, not with the unmount's ENOTCONN."""
+        self.draining = True
+        with trio.move_on_after(grace):
+            while self.in_flight or trio.current_time() - self.last_request < DRAIN_QUIET:
+                await trio.sleep(DRAIN_POLL)
 
     # -- helpers --------------------------------------------------------
 

@@ -38,6 +38,10 @@ class InodeTable:
     def __len__(self) -> int:
         return len(self._by_ino)
 
+    def numbers(self) -> list[int]:
+        """Every inode the kernel may hold, the root's included."""
+        return list(self._by_ino)
+
     def node(self, ino: int) -> Node | None:
         slot = self._by_ino.get(ino)
         return None if slot is None else slot.node

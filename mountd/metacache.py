@@ -5,12 +5,18 @@ Owns the cached answers of ``list_folder``, ``domain`` and ``get_object``
 alone). Entries are evicted oldest fetch first, in O(1).
 Each answer, including a failure, is kept for ``ttl`` seconds, so a corrupt
 object is read (and logged) once per TTL, not once per kernel request.
+``drop`` (the daemon's SIGHUP) ends every answer's freshness at once: each
+entry belongs to the ``generation`` it was fetched in, and only entries of
+the current one are fresh.
 
 Concurrency: one fetch per key at a time. The first task to miss starts the
 fetch and stores a ``trio.Event``; tasks that arrive meanwhile wait on that
 event and then read the stored outcome. Between the check for an entry and
 the insertion of the pending marker there is no ``await``, which is what makes
-the single-flight rule hold on one trio thread.
+the single-flight rule hold on one trio thread. A fetch under way when
+``drop`` is called still answers the task that started it (reads under way
+are unaffected), but its outcome is of the old generation: the tasks that
+waited on it, and every later one, fetch again.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ FETCH_CONCURRENCY = 64
 @dataclass(slots=True)
 class _Entry:
     expires: float
+    generation: int
     value: Any = None
     error: MountError | None = None
     pending: trio.Event | None = None
@@ -49,21 +56,36 @@ class CachedCatalog:
         self.max_entries = max_entries
         self._clock = clock
         self._entries: dict[Hashable, _Entry] = {}
+        #: Bumped by ``drop``; entries of older generations are stale.
+        self.generation = 0
+
+    def __len__(self) -> int:
+        """Answers held, fresh or not."""
+        return len(self._entries)
 
     @property
     def single_domain(self) -> str | None:
         return self.inner.single_domain
 
+    def drop(self) -> None:
+        """Make every cached answer stale now: the next request for it reads storage."""
+        self.generation += 1
+
+    def _usable(self, entry: _Entry, now: float) -> bool:
+        """Whether a settled entry may still be served."""
+        return entry.expires > now and entry.generation == self.generation
+
     def _fresh(self, key: Hashable, now: float) -> _Entry | None:
         entry = self._entries.get(key)
-        if entry is None or entry.pending is not None or entry.expires <= now:
+        if entry is None or entry.pending is not None or not self._usable(entry, now):
             return None
         return entry
 
     def _begin(self, key: Hashable, now: float) -> _Entry:
         """A pending entry for ``key``, newest in the eviction order."""
         self._entries.pop(key, None)
-        entry = self._entries[key] = _Entry(expires=now + self.ttl, pending=trio.Event())
+        entry = self._entries[key] = _Entry(expires=now + self.ttl, generation=self.generation,
+                                            pending=trio.Event())
         return entry
 
     def _end(self, key: Hashable, entry: _Entry) -> None:
@@ -80,7 +102,7 @@ class CachedCatalog:
         while entry is not None and entry.pending is not None:
             await entry.pending.wait()
             entry = self._entries.get(key)
-        if entry is not None and entry.expires > now:
+        if entry is not None and self._usable(entry, now):
             if entry.error is not None:
                 raise entry.error
             return entry.value
@@ -124,7 +146,7 @@ class CachedCatalog:
         for pos, obj_id in enumerate(obj_ids):
             key = ("obj", domain.path, obj_id)
             entry = self._entries.get(key)
-            if entry is not None and entry.pending is None and entry.expires > now:
+            if entry is not None and entry.pending is None and self._usable(entry, now):
                 out[pos] = entry.error if entry.error is not None else entry.value
             elif (entry is not None and entry.pending is not None) or obj_id in fetch:
                 waiting.append(pos)

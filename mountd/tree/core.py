@@ -63,6 +63,8 @@ class Tree:
         self.sidecar_views = tuple(v for v in self.views if v.sidecar_key is not None)
         self.chunk_cache = chunk_cache or ChunkCache(0)
         self.memo = Memo()
+        #: Periods started early by ``refresh`` (part of every ``epoch``).
+        self._refreshes = 0
         #: Largest readahead, in bytes of decoded chunks: a quarter of the chunk cache.
         self.readahead_cap = min(readahead.CAP, self.chunk_cache.budget // 4)
         self.grid_readahead = GridReadahead(self.readahead_cap)
@@ -156,9 +158,13 @@ class Tree:
         """The current ``ttl``-long period of the mount's clock. Chunks are cached
         per period, so a chunk read from storage is served for at most ``ttl``
         seconds (MOUNT-SPEC.md, Consistency); with ``ttl`` 0 every call is a
-        period of its own."""
+        period of its own. ``refresh`` starts a new period at once."""
         now = time.monotonic()
-        return int(now // self.ttl) if self.ttl > 0 else now
+        return self._refreshes, int(now // self.ttl) if self.ttl > 0 else now
+
+    def refresh(self) -> None:
+        """Start a new period now (SIGHUP), as when ``metadata_ttl`` runs out."""
+        self._refreshes += 1
 
     def keep_pages(self, key: Hashable) -> bool:
         """Whether the kernel may keep the page cache of file ``key`` at this
