@@ -156,8 +156,9 @@ async def open_place(place: Place, host: Host) -> HsdsCatalog:
     assert place.store is not None
     source, domain = place.location, host.domain
     single = None if domain is None else _domain_path(domain)
-    keys = DomainKeys(place.store, host.metadata_ttl) if place.kind is PlaceKind.BUCKET \
-        else None
+    # With metadata_ttl 0 every listing would list the whole domain again.
+    keys = DomainKeys(place.store, host.metadata_ttl) \
+        if place.kind is PlaceKind.BUCKET and host.metadata_ttl > 0 else None
     catalog = HsdsCatalog(place.store, single_domain=single, open_uri=host.storage_opener(),
                           max_metadata=host.max_metadata, domain_keys=keys)
     if single is not None:

@@ -17,7 +17,10 @@ dataset. Every other dataset of the domain is then listed from memory.
 - A listing that fails (storage error) is not kept as an index: the datasets
   are listed one by one, which reports the error where it belongs.
 
-Local buckets do not use it: a directory listing there is one system call.
+Local buckets do not use it: a directory listing there is one system call;
+nor does a mount with ``metadata_ttl`` 0, where every listing would list the
+whole domain again. SIGHUP does not drop it: chunks written since the
+listing show up when its ``ttl`` runs out.
 
 Concurrency: one listing per domain at a time; tasks that want the same
 domain meanwhile wait for it (a ``trio.Event``). The dictionaries change only
