@@ -70,6 +70,12 @@ def claimed(obj: AnyObject) -> bool:
     return match is not None and match.group(1) in LEGEND_NAMES
 
 
+def claimed_type(obj: AnyObject) -> LegendType | None:
+    """The parsed ``datatype`` of an object LEGEND claims; None otherwise, or if it
+    does not parse."""
+    return parsed(obj) if claimed(obj) else None
+
+
 def is_table(obj: AnyObject, t: LegendType | None) -> bool:
     return isinstance(obj, Group) and isinstance(t, Fields) and t.kind == "table"
 
@@ -147,9 +153,7 @@ class LegendCsvView(BuiltFileView):
 
     async def applies(self, ctx: ViewContext) -> bool:
         obj = ctx.obj
-        if not claimed(obj):
-            return False
-        t = parsed(obj)
+        t = claimed_type(obj)
         return is_table(obj, t) or is_matrix(obj, t)
 
     async def build(self, ctx: ViewContext) -> ViewFile:
@@ -171,9 +175,7 @@ class LegendJsonlView(BuiltFileView):
 
     async def applies(self, ctx: ViewContext) -> bool:
         obj = ctx.obj
-        if not claimed(obj):
-            return False
-        t = parsed(obj)
+        t = claimed_type(obj)
         return (t is not None and is_vector_of_vectors(t)
                 and await find_vectors(ctx, "", obj, t) is not None)
 
