@@ -181,9 +181,9 @@ def measure(bucket_dir: Path, h5file: Path, workdir: Path) -> dict[str, Any]:
         started = time.perf_counter()
         out["size"] = csv_path.stat().st_size
         out["stat_s"] = time.perf_counter() - started
-        before = snapshot(pids[0], stats_file)["chunk_cache"]
+        before = snapshot(pids[0], stats_file)["caches"]["chunks"]
         out["head_s"], head = timed(["head", "-c", "4096", str(csv_path)])
-        after = snapshot(pids[0], stats_file)["chunk_cache"]
+        after = snapshot(pids[0], stats_file)["caches"]["chunks"]
         out["head_decoded"] = after["misses"] - before["misses"]
         out["head_chunks"] = out["head_decoded"] + after["hits"] - before["hits"]
         out["head_ok"] = head.startswith(b"id,time,energy,channel,flag,label\n0,0.0,")

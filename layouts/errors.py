@@ -14,10 +14,11 @@ not known, and the caller turns it into ``Corrupt`` naming the key.
 ``report_once`` logs an error the first time a given key fails, so one broken
 object does not flood the log when the kernel retries it; ``report_unexpected``
 does the same for exceptions that are bugs (with their traceback). The keys
-logged are remembered in a bounded LRU (``REPORTED_MAX``), so a mount that
-meets millions of broken objects does not grow without end; a key forgotten
-is logged again. Plain synchronous code, safe from any task or thread
-holding the GIL.
+logged are remembered in an LRU of the ``REPORTED_MAX`` (10,000) keys
+reported last, so a mount that meets millions of broken objects does not
+grow without end; a key forgotten that way is logged again when it fails
+again, which is harmless (one more line). Plain synchronous code, safe from
+any task or thread holding the GIL.
 """
 
 from __future__ import annotations
@@ -72,13 +73,14 @@ _reported: OrderedDict[str, None] = OrderedDict()
 
 def _first_report(key: str) -> bool:
     """True the first time ``key`` is seen (since it was last forgotten)."""
-    if key in _reported:
-        _reported.move_to_end(key)
-        return False
-    _reported[key] = None
-    if len(_reported) > REPORTED_MAX:
-        _reported.popitem(last=False)
-    return True
+    try:
+        _reported.move_to_end(key)  # one call: no gap for another thread to evict it in
+    except KeyError:
+        _reported[key] = None
+        if len(_reported) > REPORTED_MAX:
+            _reported.popitem(last=False)
+        return True
+    return False
 
 
 def report_once(err: StorageError) -> None:

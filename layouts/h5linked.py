@@ -7,7 +7,9 @@ This module owns reading those, whatever said where they are:
 
 * ``LinkedFiles`` reads byte ranges of the files that URIs name, through the
   ``OpenUri`` resolver the format is given; HDF5 chunks close together in one
-  file are read with one request (``MAX_GAP``, ``MAX_SPAN``).
+  file are read with one request (``MAX_GAP``, ``MAX_SPAN``). It remembers
+  what the ``MAX_OPENED`` URIs read last resolved to (an HSDS chunk table
+  may name a file per chunk); one read again after that is resolved again.
 * ``Piece`` is one stored HDF5 chunk (file, byte range, place in the model's
   chunk), and a ``Locator`` says which pieces make each chunk: ``ChunkMap``
   when the locations are known up front, one piece per chunk; HSDS's chunk
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -54,6 +57,8 @@ log = logging.getLogger(__name__)
 MAX_GAP = 64 * 1024
 #: Largest byte range read with one request when joining HDF5 chunks.
 MAX_SPAN = 64 * 1024 * 1024
+#: URIs whose resolution one ``LinkedFiles`` remembers.
+MAX_OPENED = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,16 +199,19 @@ class LinkedFiles:
 
     def __init__(self, open_uri: OpenUri | None) -> None:
         self._open_uri = open_uri
-        self._opened: dict[str, tuple[Store, str]] = {}
+        self._opened: OrderedDict[str, tuple[Store, str]] = OrderedDict()
 
     def _open(self, uri: str) -> tuple[Store, str]:
         found = self._opened.get(uri)
-        if found is None:
-            if self._open_uri is None:
-                raise StorageError(uri, "linked data file, and this mount cannot open file_uri")
-            found = self._open_uri(uri)
-            log.debug("linked data file %s is %s in %s", uri, found[1], found[0].url)
-            self._opened[uri] = found
+        if found is not None:
+            self._opened.move_to_end(uri)
+            return found
+        if self._open_uri is None:
+            raise StorageError(uri, "linked data file, and this mount cannot open file_uri")
+        found = self._opened[uri] = self._open_uri(uri)
+        log.debug("linked data file %s is %s in %s", uri, found[1], found[0].url)
+        while len(self._opened) > MAX_OPENED:
+            self._opened.popitem(last=False)
         return found
 
     async def read(self, uri: str, offset: int, size: int) -> bytes:

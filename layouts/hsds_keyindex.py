@@ -16,21 +16,33 @@ dataset. Every other dataset of the domain is then listed from memory.
   up as they would with per-dataset listings (MOUNT-SPEC.md, Consistency).
 - A listing that fails (storage error) is not kept as an index: the datasets
   are listed one by one, which reports the error where it belongs.
+- At most ``MAX_DOMAINS`` indexes holding at most ``MAX_KEPT_KEYS`` chunk
+  names together are kept; past either, the index used longest ago goes
+  (expired ones first), and its domain is listed again when next asked.
 
 Local buckets do not use it: a directory listing there is one system call;
 nor does a mount with ``metadata_ttl`` 0, where every listing would list the
-whole domain again. SIGHUP does not drop it: chunks written since the
-listing show up when its ``ttl`` runs out.
+whole domain again.
+
+``drop`` forgets every index of one ``DomainKeys``, and ``drop_all`` those of
+every one alive in the process (the daemon's SIGHUP, through
+``mountd.sources.Source.refresh``: the catalog that owns them keeps no way to
+reach them, and a process serves one mount), so chunks written since show up
+at once. The next chunk listing of a domain lists it again.
 
 Concurrency: one listing per domain at a time; tasks that want the same
 domain meanwhile wait for it (a ``trio.Event``). The dictionaries change only
-in sections without an ``await``.
+in sections without an ``await``; a listing under way is never dropped for
+room. A listing under way at a ``drop`` still answers the tasks already
+waiting on it, but is not kept: the next asker lists the domain again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,6 +56,10 @@ log = logging.getLogger(__name__)
 
 #: Most keys listed for one domain's index (200 pages of an S3 listing).
 MAX_KEYS = 200_000
+#: Most domain indexes kept.
+MAX_DOMAINS = 64
+#: Most chunk names kept in all indexes together (two full indexes; a few tens of MB).
+MAX_KEPT_KEYS = 2 * MAX_KEYS
 
 
 @dataclass
@@ -54,6 +70,8 @@ class _Index:
     done: trio.Event = field(default_factory=trio.Event)
     #: None until done, and when the domain has too many keys or the listing failed.
     names: dict[str, list[str]] | None = None
+    #: Chunk names in ``names``.
+    count: int = 0
 
 
 class DomainKeys:
@@ -64,9 +82,15 @@ class DomainKeys:
         self._store = store
         self._ttl = ttl
         self._clock = clock
-        self._domains: dict[str, _Index] = {}
+        #: The indexes by domain prefix, the one used longest ago first.
+        self._domains: OrderedDict[str, _Index] = OrderedDict()
         #: Listings made (for tests and the log).
         self.listings = 0
+        _ALIVE.add(self)
+
+    def drop(self) -> None:
+        """Forget every index now: the next chunk listing of a domain lists it again."""
+        self._domains.clear()
 
     async def chunk_names(self, dset: HsdsId) -> list[str] | None:
         """The names under the chunk directory of ``dset`` (``0_1``, or ``p3/0_1``
@@ -74,7 +98,8 @@ class DomainKeys:
         not indexed (too many keys, or the listing failed): list the dataset."""
         prefix = f"db/{dset.uuid1}/d/"
         index = self._domains.get(prefix)
-        if index is None or self._clock() - index.started >= self._ttl:
+        if index is None or self._expired(index):
+            self._domains.pop(prefix, None)
             index = self._domains[prefix] = _Index(self._clock())
             try:
                 index.names = await self._list(prefix)
@@ -84,11 +109,34 @@ class DomainKeys:
                 raise
             finally:
                 index.done.set()
+            # No await from here to the end of the trim.
+            if index.names is not None:
+                index.count = sum(map(len, index.names.values()))
+            self._trim()
         else:
+            self._domains.move_to_end(prefix)
             await index.done.wait()
         if index.names is None:
             return None
         return index.names.get(dset.uuid2 or "", [])
+
+    def _expired(self, index: _Index) -> bool:
+        return self._clock() - index.started >= self._ttl
+
+    def _trim(self) -> None:
+        """Drop expired indexes, then the ones used longest ago while there are more
+        than ``MAX_DOMAINS`` or ``MAX_KEPT_KEYS`` names; never one being listed."""
+        settled = [(p, i) for p, i in self._domains.items() if i.done.is_set()]
+        for prefix, index in settled:
+            if self._expired(index):
+                del self._domains[prefix]
+        total = sum(i.count for i in self._domains.values())
+        for prefix, index in settled:
+            if len(self._domains) <= MAX_DOMAINS and total <= MAX_KEPT_KEYS:
+                break
+            if self._domains.get(prefix) is index:
+                del self._domains[prefix]
+                total -= index.count
 
     async def _list(self, prefix: str) -> dict[str, list[str]] | None:
         self.listings += 1
@@ -114,3 +162,13 @@ class DomainKeys:
                 await close()
         log.debug("%s: %d keys of %d datasets in one listing", prefix, count, len(names))
         return names
+
+
+#: Every ``DomainKeys`` alive in the process, for ``drop_all``.
+_ALIVE: weakref.WeakSet[DomainKeys] = weakref.WeakSet()
+
+
+def drop_all() -> None:
+    """``drop`` every ``DomainKeys`` alive in the process (SIGHUP)."""
+    for keys in list(_ALIVE):
+        keys.drop()

@@ -14,9 +14,10 @@ chunks ``c * dims / hyper_dims + j``, each placed at ``j * hyper_dims``; rows
 past the table's end are unallocated.
 
 Concurrency: a ``ChunkTable`` loads its table dataset once and keeps the
-last decoded table chunks (``TABLE_CACHE_BYTES``), both filled without an
-await between check and set, so any number of trio tasks may use it; a race
-only repeats a read.
+last decoded table chunks (``TABLE_CACHE_BYTES``, each counted with its
+``ENTRY_OVERHEAD``, so chunks not stored, which hold nothing, are bounded
+too), both filled without an await between check and set, so any number
+of trio tasks may use it; a race only repeats a read.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from layouts.model import ChunkIndex, Dataset, VlenKind
 LoadTable = Callable[[str], Awaitable[Dataset]]
 #: Decoded chunk-table chunks kept per dataset, in bytes of row arrays.
 TABLE_CACHE_BYTES = 8 * 1024 * 1024
+#: What one kept table chunk costs besides its rows (its key, the LRU's links).
+ENTRY_OVERHEAD = 256
 
 
 def chunk_map(uri: str, chunks: tuple[int, ...], entries: Any) -> ChunkMap:
@@ -66,8 +69,13 @@ class _Rows:
 
     @property
     def nbytes(self) -> int:
-        return self.offsets.nbytes + self.sizes.nbytes + (
-            self.uris.nbytes if self.uris is not None else 0)
+        """The bytes the rows hold, the text of file uris included."""
+        uris = self.uris
+        text = 0
+        if uris is not None and uris.dtype == object:
+            text = sum(len(u) for u in uris.flat if isinstance(u, str | bytes))
+        return self.offsets.nbytes + self.sizes.nbytes + text + (
+            uris.nbytes if uris is not None else 0)
 
 
 class ChunkTable:
@@ -82,7 +90,8 @@ class ChunkTable:
         self._shape = hyper or chunks
         self._factors = tuple(c // h for c, h in zip(chunks, self._shape, strict=True))
         self._table: Dataset | None = None
-        self._cache: OrderedDict[ChunkIndex, _Rows | None] = OrderedDict()
+        #: Decoded table chunks (None: not stored) and what each counts, used last at the end.
+        self._cache: OrderedDict[ChunkIndex, tuple[_Rows | None, int]] = OrderedDict()
         self._cached_bytes = 0
 
     @property
@@ -110,14 +119,15 @@ class ChunkTable:
         """The decoded table chunk at ``index`` (None if not stored), through the cache."""
         if index in self._cache:
             self._cache.move_to_end(index)
-            return self._cache[index]
+            return self._cache[index][0]
         rows = await self._read_rows(table, index)
         if index not in self._cache:  # another task may have read it meanwhile
-            self._cache[index] = rows
-            self._cached_bytes += rows.nbytes if rows is not None else 0
+            cost = ENTRY_OVERHEAD + (rows.nbytes if rows is not None else 0)
+            self._cache[index] = (rows, cost)
+            self._cached_bytes += cost
             while self._cached_bytes > TABLE_CACHE_BYTES and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._cached_bytes -= old.nbytes if old is not None else 0
+                _, (_, gone) = self._cache.popitem(last=False)
+                self._cached_bytes -= gone
         return rows
 
     async def _read_rows(self, table: Dataset, index: ChunkIndex) -> _Rows | None:

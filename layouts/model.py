@@ -1,8 +1,9 @@
 """The HDF5 object model: the seam between storage formats and the tree.
 
-Storage layouts (``layouts.hsds``, later ``layouts.lindi``) build these
-objects; ``mountd.tree`` turns them into files. Nothing here does I/O except
-through the ``ChunkStore`` and ``Catalog`` protocols, which a layout
+Storage layouts (``layouts.hsds`` for HSDS buckets, ``layouts.lindi`` for
+LINDI and kerchunk reference files) build these objects; ``mountd.tree`` and
+the views (``layouts.viewapi``) turn them into files. Nothing here does I/O
+except through the ``ChunkStore`` and ``Catalog`` protocols, which a layout
 implements. The dataclasses are frozen: once a layout has built an object it
 is shared read-only between trio tasks.
 
@@ -15,7 +16,8 @@ Conventions every layout keeps:
 * ``Dataset.read_chunk`` returns the bytes of the chunk *file* exactly as
   MOUNT-SPEC.md defines them: decoded, C order, full chunk shape, the
   dataset's byte order; variable-length types encoded with the numcodecs codec
-  named by ``ElementType.codec``.
+  ``ElementType.vlen`` names (``VlenKind``: ``VLenUTF8``, ``VLenBytes``,
+  ``VLenArray`` of ``vlen_base``, or ``JSON``).
 * Object ids are opaque strings, unique within a domain.
 """
 

@@ -10,14 +10,18 @@ reads what is inside a domain, with the caller's uid from the FUSE request.
 
 The map file holds one ``LOCAL_USER HSDS_USER`` pair per line; ``#`` starts
 a comment. Uids without a passwd entry map by their number (``"1234"``).
+The HSDS user of each uid is remembered for the ``MAX_USERS`` uids seen
+last (the passwd lookup may ask a directory service); one seen again after
+that is looked up again.
 
-Concurrency: synchronous lookups over immutable data and a small uid cache;
-safe from any trio task.
+Concurrency: synchronous lookups over immutable data and a bounded uid
+cache, with no ``await``; safe from any trio task.
 """
 
 from __future__ import annotations
 
 import pwd
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,8 @@ from typing import Any
 from mountd.errors import SourceError
 
 DEFAULT_ENTRY = "default"
+#: Uids whose HSDS user is remembered; the one asked for longest ago goes first.
+MAX_USERS = 1024
 
 
 def read_map(path: Path) -> dict[str, str]:
@@ -49,17 +55,21 @@ class AclPolicy:
 
     def __init__(self, mapping: Mapping[str, str] | None = None) -> None:
         self._mapping = dict(mapping or {})
-        self._users: dict[int, str] = {}
+        self._users: OrderedDict[int, str] = OrderedDict()
 
     def hsds_user(self, uid: int) -> str:
         """The HSDS user name local ``uid`` acts as."""
         user = self._users.get(uid)
-        if user is None:
-            try:
-                local = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                local = str(uid)
-            user = self._users[uid] = self._mapping.get(local, local)
+        if user is not None:
+            self._users.move_to_end(uid)
+            return user
+        try:
+            local = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            local = str(uid)
+        user = self._users[uid] = self._mapping.get(local, local)
+        while len(self._users) > MAX_USERS:
+            self._users.popitem(last=False)
         return user
 
     def may_read(self, info: Mapping[str, Any] | None, uid: int) -> bool:

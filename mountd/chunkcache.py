@@ -20,7 +20,8 @@ Concurrency: one fetch per key. The first task to miss inserts a pending
 fetches; tasks that want the same key meanwhile wait on the event and read
 the outcome. A failed fetch is not cached for long: its waiters, and readers
 within ``error_ttl`` seconds after it, see the same error, and the next reader
-after that tries again. (The kernel retries a failed readahead at once with
+after that tries again; at most ``MAX_FAILED`` failures are remembered, the
+oldest forgotten first. (The kernel retries a failed readahead at once with
 a single-page read; without this, a stalled store would hold that reader for
 the whole timeout twice.) A fetch that ends without an outcome (cancelled)
 leaves its waiters a ``StorageError``. ``prefetch_many`` starts batch fetches
@@ -59,8 +60,9 @@ PREFETCH_CHUNKS = 16384
 FETCH_CONCURRENCY = 4
 #: How long a failed fetch's error is given to new readers before a retry.
 ERROR_TTL = 2.0
-#: Failures remembered at most (expired ones are dropped when it is reached).
-_MAX_FAILED = 1024
+#: Failures remembered at most: past it the oldest goes, expired or not (its
+#: next reader fetches again sooner, which is all a forgotten failure costs).
+MAX_FAILED = 1024
 #: What an entry costs besides its bytes: the key tuples, the LRU's node and
 #: the bytes object's header (about 250 bytes on CPython 3.11, measured in
 #: tests/test_chunkcache.py).
@@ -92,10 +94,12 @@ class ChunkCache:
                  prefetch_chunks: int = PREFETCH_CHUNKS) -> None:
         self.budget = budget
         self.error_ttl = error_ttl
-        self._failed: dict[Hashable, tuple[float, MountError]] = {}
+        #: Recent failures, oldest first: (when, error) by key.
+        self._failed: OrderedDict[Hashable, tuple[float, MountError]] = OrderedDict()
         self.used = 0
         self.hits = 0
         self.misses = 0
+        self.evictions = 0
         self._items: OrderedDict[Hashable, bytes | None] = OrderedDict()
         self._pending: dict[Hashable, _Pending] = {}
         self.nursery = nursery
@@ -243,9 +247,10 @@ class ChunkCache:
 
     def _remember_failure(self, key: Hashable, exc: MountError) -> None:
         now = trio.current_time()
-        if len(self._failed) >= _MAX_FAILED:
-            self._failed = {k: v for k, v in self._failed.items()
-                            if now - v[0] < self.error_ttl}
+        self._failed.pop(key, None)  # re-inserted below, newest
+        while self._failed and (len(self._failed) >= MAX_FAILED
+                                or now - next(iter(self._failed.values()))[0] >= self.error_ttl):
+            self._failed.popitem(last=False)
         self._failed[key] = (now, exc)
 
     def _store(self, key: Hashable, value: bytes | None) -> None:
@@ -257,6 +262,7 @@ class ChunkCache:
         while self.used > self.budget and self._items:
             _, evicted = self._items.popitem(last=False)
             self.used -= entry_cost(evicted)
+            self.evictions += 1
 
     def prefetch_many(self, keys: Sequence[Hashable], fetch: FetchMany, batch: int = 1) -> int:
         """Start fetching ``keys`` in the background, ``batch`` per ``fetch`` call.

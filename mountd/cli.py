@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from mountd import __version__, daemon, warm
+from mountd import __version__, daemon, statscli, warm
 from mountd.config import MountConfig, OptionError, apply_options
 
 DESCRIPTION = """\
@@ -42,18 +42,28 @@ a P.npy with the whole array, soft links become symlinks and attributes
 become user.h5.* xattrs. Group and dataset directories also hold Zarr v2
 metadata (.zgroup, .zarray, .zattrs), so zarr and xarray read the mount.
 The daemon goes to the background once the mount is live; stop it with
-`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM. SIGHUP drops the cached
-metadata, so that changes in storage show at once; SIGUSR1 writes the
+`fusermount3 -u MOUNTPOINT`, SIGINT or SIGTERM. SIGHUP reads the AWS
+credential files again (S3) and drops the cached metadata, so that changes
+in storage show at once; SIGUSR1 writes the
 figures of -o stats_file. Under systemd (NOTIFY_SOCKET) it reports READY=1,
 STATUS=, WATCHDOG=1 (with WatchdogSec=) and STOPPING=1.
 
 `h5mount warm PATH...` reads the files under PATH (inside a mount) so that
 the mount's caches hold them; see `h5mount warm --help`.
+
+Live figures are in the hidden directory MOUNTPOINT/.h5mount/ (in no
+listing, open by name): stats.json (requests, errors, latencies, storage
+and cache figures), config.json (the effective options, secrets redacted)
+and metrics (the same counters in the Prometheus text format).
+`h5mount stats MOUNTPOINT [--watch] [--json]` shows them as a table.
 """
 
 OPTIONS_HELP = """\
-mount options (-o, comma separated, mount(8) style):
-  ro                   accepted; the mount is always read-only (rw is refused)
+mount options (-o, comma separated, mount(8) style; with them an fstab line
+can say everything; a command-line flag that says the same wins):
+  ro                   accepted; the mount is always read-only. rw is refused,
+                       and mount(8) adds rw when the options lack ro, so an
+                       fstab line or mount -o must say ro
   allow_other          let other users access the mount (non-root users need
                        user_allow_other in /etc/fuse.conf)
   auto_unmount         unmount when the daemon ends for any reason, even
@@ -84,6 +94,10 @@ mount options (-o, comma separated, mount(8) style):
                        cache hits and misses, peak memory (default: none)
   endpoint_url=URL, region=NAME, profile=NAME, anon
                        the same as the S3 options above, for fstab
+  domain=PATH          the same as --domain
+  log_level=LEVEL      the same as --log-level (DEBUG, INFO, WARNING, ERROR;
+                       any case)
+  log_file=PATH        the same as --log-file
   allow_local_refs     let a reference file fetched over http(s) point at
                        local files (refused with EACCES by default)
   hsds_acls            enforce each HSDS domain's and folder's ACLs per
@@ -93,10 +107,15 @@ mount options (-o, comma separated, mount(8) style):
                        EACCES (use with allow_other to share a mount)
   acl_map=FILE         like hsds_acls, mapping local users to HSDS users by
                        the "LOCAL_USER HSDS_USER" lines of FILE
-  nosuid,nodev,noexec,noatime
-                       passed to the kernel
-  defaults,auto,noauto,nofail,_netdev,user,users,x-*
-                       fstab options; accepted and ignored
+  nosuid,nodev,noexec,noatime,suid,dev,exec,atime,sync,async,dirsync
+                       passed to the kernel (mount.fuse3 adds dev,suid unless
+                       nodev,nosuid are given; no file here is a device or
+                       set-user-ID)
+  relatime,strictatime,nodiratime,lazytime,mand,silent,iversion
+                       and their opposites: kernel flags mount(8) may pass
+                       on; accepted and ignored
+  defaults,auto,noauto,nofail,_netdev,user,users,nouser,owner,group,
+  comment=...,x-*,X-*  fstab and systemd options; accepted and ignored
 
 exit status: 0 once the mount is live (or, with -f, after a clean unmount);
 1 if it cannot start (one line on stderr says why); 2 for usage errors.
@@ -137,23 +156,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str]) -> MountConfig:
+    """The mount's configuration: ``-o`` options first, then the flags, which win."""
     parser = build_parser()
+    # None unless --log-level is given, so that only a given one beats -o
+    # log_level; MountConfig holds the default.
+    parser.set_defaults(log_level=None)
     args = parser.parse_args(argv)
     config = MountConfig(
         source=args.source if "://" in args.source else os.path.abspath(args.source),
         mountpoint=os.path.abspath(args.mountpoint),
         foreground=args.foreground,
-        domain=args.domain,
-        log_level=args.log_level,
-        log_file=os.path.abspath(args.log_file) if args.log_file else None,
     )
     try:
         apply_options(config, args.options)
     except OptionError as exc:
         parser.error(str(exc))
-    for name in ("endpoint_url", "region", "profile"):
+    for name in ("endpoint_url", "region", "profile", "domain", "log_level"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))
+    if args.log_file:
+        config.log_file = os.path.abspath(args.log_file)
     config.anon = config.anon or args.anon
     if not config.source.startswith("s3://") and (config.endpoint_url or config.region
                                                    or config.profile or config.anon):
@@ -165,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["warm"]:
         return warm.main(args[1:])
+    if args[:1] == ["stats"]:
+        return statscli.main(args[1:])
     config = parse_args(args)
     return daemon.run(config)
 

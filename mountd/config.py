@@ -1,7 +1,20 @@
 """Mount configuration and the parsing of mount(8)-style ``-o`` options.
 
 Owns ``MountConfig`` and the one function that turns ``-o a,b=c`` strings
-into it. Pure code with no I/O.
+into it, including which options mount(8), ``mount.fuse3`` and systemd put in
+the option string are passed to the kernel or accepted and ignored. Pure code
+with no I/O.
+
+What reaches h5mount from ``mount -t fuse.h5mount SRC MNT -o OPTS`` (util-linux
+2.38, fuse 3.14): mount(8) drops its own userspace options (``defaults``,
+``auto``, ``noauto``, ``owner``, ``group``, ``comment=``, ``x-*``, ``X-*``),
+turns ``user``/``users`` into ``nosuid,nodev,noexec``, puts ``ro`` or else
+``rw`` first, and keeps kernel flags (``sync``, ``relatime``, ``nodiratime``,
+...); ``mount.fuse3`` then drops ``user``, ``users``, ``nouser``, ``auto``,
+``noauto``, ``nofail``, ``_netdev``, ``setuid=`` and ``drop_privileges`` and
+appends ``dev`` and ``suid`` unless ``nodev``/``nosuid`` are there. The ``rw``
+mount(8) adds when the options lack ``ro`` cannot be told from one the user
+wrote, so ``rw`` is refused with a message that says to add ``ro``.
 """
 
 from __future__ import annotations
@@ -11,11 +24,21 @@ from dataclasses import dataclass, field
 
 from layouts.storage import DEFAULT_MAX_METADATA
 
-#: fstab/mount(8) options that only matter to mount(8) itself; accepted and ignored.
+#: fstab/mount(8) options that only matter to mount(8) itself; accepted and ignored
+#: (``user=NAME`` too: mount(8) passes it for a mount made by a user).
 _MOUNT_ONLY = {"defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser",
                "owner", "group", "ro"}
-#: Options passed through to the kernel mount unchanged.
-_KERNEL = {"nosuid", "nodev", "noexec", "noatime", "suid", "dev", "exec", "atime"}
+#: Options passed through to the kernel mount unchanged (libfuse 3.14 takes these).
+_KERNEL = {"nosuid", "nodev", "noexec", "noatime", "suid", "dev", "exec", "atime",
+           "sync", "async", "dirsync"}
+#: Kernel flags mount(8) passes on that libfuse 3.14 refuses (access times,
+#: mandatory locks, i_version, kernel messages): nothing a read-only FUSE mount
+#: needs, so accepted and ignored.
+_IGNORED_KERNEL = {"relatime", "norelatime", "strictatime", "nostrictatime", "diratime",
+                   "nodiratime", "lazytime", "nolazytime", "mand", "nomand", "silent",
+                   "loud", "iversion", "noiversion"}
+#: ``-o log_level=`` values, as ``--log-level`` takes them.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 class OptionError(ValueError):
@@ -141,10 +164,19 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.timeout = _number(name, val, float)
                 if config.timeout == 0:
                     raise OptionError("option timeout=0: must be more than 0 seconds")
-            elif name in ("endpoint_url", "region", "profile"):
+            elif name in ("endpoint_url", "region", "profile", "domain"):
                 if not val:
                     raise OptionError(f"option {name} needs a value")
                 setattr(config, name, val)
+            elif name == "log_level":
+                if not val or val.upper() not in LOG_LEVELS:
+                    raise OptionError(f"option {item}: the level is one of "
+                                      f"{', '.join(LOG_LEVELS)} (log_level=info)")
+                config.log_level = val.upper()
+            elif name == "log_file":
+                if not val:
+                    raise OptionError("option log_file needs a path")
+                config.log_file = os.path.abspath(val)
             elif name == "anon":
                 config.anon = True
             elif name == "allow_local_refs":
@@ -157,10 +189,12 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.acl_map = os.path.abspath(val)
                 config.hsds_acls = True
             elif name == "rw":
-                raise OptionError("h5mount mounts are read-only; option rw is not supported")
+                raise OptionError("h5mount mounts are read-only; option rw is not supported "
+                                  "(mount(8) adds rw unless the options say ro: add ro)")
             elif name in _KERNEL:
                 config.kernel_options.append(name)
-            elif name in _MOUNT_ONLY or name == "comment" or name.startswith("x-"):
+            elif (name in _MOUNT_ONLY or name in _IGNORED_KERNEL or name == "comment"
+                  or name.startswith(("x-", "X-"))):
                 continue
             else:
                 raise OptionError(f"unknown option: {item}")

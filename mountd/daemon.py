@@ -8,9 +8,11 @@ loop in a trio nursery, and unmounts cleanly on SIGINT/SIGTERM: new
 requests fail with EIO, requests under way get ``SHUTDOWN_GRACE`` seconds
 to finish, then the rest are cancelled (the kernel fails them) and the
 mount goes. When ``fusermount3 -u`` unmounts from outside, the main
-loop ends and the process exits 0. SIGHUP drops the cached metadata (the
-catalog's answers, and the period that decoded chunks and kept page caches
-belong to), so storage is read again on the next access; SIGUSR1 writes
+loop ends and the process exits 0. SIGHUP rereads an S3 source's
+credentials and drops the cached metadata (the catalog's answers, the
+source's key indexes and block validations, and the period that decoded
+chunks, kept page caches and reference indexes belong to), so storage is
+read again on the next access; SIGUSR1 writes
 ``-o stats_file``. With ``NOTIFY_SOCKET`` set (systemd ``Type=notify``) it
 sends ``READY=1`` once the mount is live, ``STATUS=`` every
 ``STATUS_INTERVAL`` seconds, ``WATCHDOG=1`` every half ``WATCHDOG_USEC``
@@ -49,6 +51,7 @@ from mountd import logsafe, stats
 from mountd.acls import AclPolicy, read_map
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
+from mountd.control import Control, ControlDir
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
 from mountd.metacache import CachedCatalog
@@ -320,6 +323,12 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     tree = Tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
                      acls=acl_policy(config))
+    reporter = stats.Reporter(config, ops, tree, catalog, cache, source.block_cache)
+    ops.control = ControlDir(Control({
+        "stats.json": lambda: stats.dumps(reporter.figures()),
+        "config.json": lambda: stats.dumps(reporter.settings()),
+        "metrics": lambda: reporter.metrics().encode(),
+    }))
     try:
         pyfuse3.init(ops, config.mountpoint, config.fuse_options())
     except RuntimeError as exc:
@@ -329,12 +338,14 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
 
     def report() -> None:
         if config.stats_file:
-            stats.write(config.stats_file, stats.figures(ops, tree, source.block_cache))
+            stats.write(config.stats_file, reporter.figures())
 
     async def refresh() -> None:
+        await source.refresh()
         catalog.drop()
         tree.refresh()
-        log.info("SIGHUP: cached metadata dropped; storage is read again on the next access")
+        log.info("SIGHUP: cached metadata and key indexes dropped; storage is read again "
+                 "on the next access")
         await trio.to_thread.run_sync(_invalidate_attributes, ops.inodes.numbers())
 
     def status() -> str:

@@ -7,7 +7,9 @@ and anything unexpected EIO with a traceback in the log. Every modifying
 call answers EROFS.
 
 Every request is counted by kind in ``Operations.requests`` (one dict
-increment), which the daemon reports (``-o stats_file``). On shutdown the
+increment), its time in ``latency`` (reads, and the rest as metadata) and
+its error reply by errno in ``errors``; the daemon reports them
+(``.h5mount/stats.json``, ``-o stats_file``). On shutdown the
 daemon calls ``drain``: requests that arrive from then on fail with EIO, and
 it waits (bounded) for the ones under way to finish.
 
@@ -32,6 +34,7 @@ import pyfuse3
 import trio
 
 from mountd.acls import AclPolicy
+from mountd.control import CONTROL_DIR
 from mountd.errors import (
     Forbidden,
     MountError,
@@ -41,6 +44,7 @@ from mountd.errors import (
     report_unexpected,
 )
 from mountd.inodes import ROOT_INODE, InodeTable
+from mountd.io.meter import Latencies
 from mountd.names import from_bytes, to_bytes
 from mountd.nodes import (
     DirListing,
@@ -69,6 +73,8 @@ BLOCK_SIZE = 1 << 20
 DRAIN_POLL = 0.01
 #: Seconds with no request that end a drain (a reader has seen its EIO by then).
 DRAIN_QUIET = 0.2
+#: The name of the control directory (``mountd.control``) at the root.
+CONTROL_NAME = CONTROL_DIR.encode()
 #: The only xattr namespace a mount has; every other is unsupported.
 XATTR_NAMESPACE = b"user."
 
@@ -102,22 +108,30 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
     FUSEError for its errno."""
     name = fn.__name__
 
+    latency_kind = "read" if name == "read" else "metadata"
+
     @functools.wraps(fn)
     async def wrapped(self: Operations, *args: P.args, **kwargs: P.kwargs) -> R:
         self.requests[name] += 1
-        self.last_request = trio.current_time()
+        start = self.last_request = trio.current_time()
         if self.draining:
+            self.errors["EIO"] += 1
             raise pyfuse3.FUSEError(errno.EIO)
         self.in_flight += 1
         try:
             return await fn(self, *args, **kwargs)
-        except pyfuse3.FUSEError:
+        except pyfuse3.FUSEError as exc:
+            self.errors[errno.errorcode.get(exc.errno, str(exc.errno))] += 1
             raise
         except Exception as exc:
             where = f"{name} {args[0]!r}" if args else name
-            raise pyfuse3.FUSEError(errno_of(exc, where)) from None
+            code = errno_of(exc, where)
+            self.errors[errno.errorcode[code]] += 1
+            self.failures[type(exc).__name__] += 1
+            raise pyfuse3.FUSEError(code) from None
         finally:
             self.in_flight -= 1
+            self.latency[latency_kind].add(trio.current_time() - start)
 
     return wrapped
 
@@ -133,25 +147,47 @@ class Operations(pyfuse3.Operations):
     enable_writeback_cache = False
 
     def __init__(self, root: DirNode, owner: Owner, ttl: float,
-                 acls: AclPolicy | None = None) -> None:
+                 acls: AclPolicy | None = None, control: DirNode | None = None) -> None:
         super().__init__()
         self.inodes = InodeTable(root)
+        #: The control directory, found by name at the root and in no listing.
+        self.control = control
         self.owner = owner
         self.ttl = ttl
         #: ``-o hsds_acls``: who may read each domain, decided per request.
         self.acls = acls
         #: Requests served, by handler name (``lookup``, ``getxattr``...).
         self.requests: collections.Counter[str] = collections.Counter()
+        #: Error replies by errno name (``ENOENT``...), and the failures behind
+        #: the ones a handler did not raise itself, by exception class. Both
+        #: have few keys: errno names, and the error classes of this code.
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.failures: collections.Counter[str] = collections.Counter()
+        #: How long requests took: ``read``, and every other kind as ``metadata``.
+        self.latency = {"read": Latencies(), "metadata": Latencies()}
         self._files: dict[int, FileHandle] = {}
         self._dirs: dict[int, DirListing] = {}
         #: The uid that opened each directory (readdir requests carry none).
         self._dir_uids: dict[int, int] = {}
+        #: Open listings of the root, where a stored entry named like the
+        #: control directory is hidden by it.
+        self._root_dirs: set[int] = set()
         self._next_fh = 1
         #: Requests being handled now, and when the last one arrived (trio's clock).
         self.in_flight = 0
         self.last_request = 0.0
         #: Set by ``drain``: new requests fail with EIO.
         self.draining = False
+
+    @property
+    def open_files(self) -> int:
+        """Files open now."""
+        return len(self._files)
+
+    @property
+    def open_dirs(self) -> int:
+        """Directories open now."""
+        return len(self._dirs)
 
     async def drain(self, grace: float) -> None:
         """Fail new requests with EIO, and wait at most ``grace`` seconds for the
@@ -199,7 +235,7 @@ class Operations(pyfuse3.Operations):
         entry.generation = 0
         entry.entry_timeout = self.ttl
         # A stand-in size must not be kept: the next stat asks for the real one.
-        entry.attr_timeout = self.ttl if st.exact and denied is None else 0
+        entry.attr_timeout = self.ttl if st.exact and not st.volatile and denied is None else 0
         entry.st_mode = _MODES[st.type] if not denied else _MODES[st.type] & ~0o7777
         entry.st_nlink = 1
         entry.st_uid = self.owner.uid
@@ -219,11 +255,15 @@ class Operations(pyfuse3.Operations):
     @handler
     async def lookup(self, parent_inode: int, name: bytes,
                      ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        parent = self._node(parent_inode)
-        if not isinstance(parent, DirNode):
-            raise pyfuse3.FUSEError(errno.ENOTDIR)
-        await self._check(parent, ctx)
-        node = await parent.lookup(from_bytes(name))
+        node: Node
+        if parent_inode == ROOT_INODE and name == CONTROL_NAME and self.control is not None:
+            node = self.control
+        else:
+            parent = self._node(parent_inode)
+            if not isinstance(parent, DirNode):
+                raise pyfuse3.FUSEError(errno.ENOTDIR)
+            await self._check(parent, ctx)
+            node = await parent.lookup(from_bytes(name))
         st = await node.stat()
         ino = self.inodes.inode_of(node)
         self.inodes.remember(ino)
@@ -290,6 +330,8 @@ class Operations(pyfuse3.Operations):
         fh = self._new_fh()
         self._dirs[fh] = node.open_listing()
         self._dir_uids[fh] = ctx.uid
+        if inode == ROOT_INODE and self.control is not None:
+            self._root_dirs.add(fh)
         return fh
 
     @handler
@@ -297,28 +339,42 @@ class Operations(pyfuse3.Operations):
         listing = self._dirs[fh]
         uid = self._dir_uids.get(fh, 0)
         last: tuple[Stat, pyfuse3.EntryAttributes] | None = None
-        async for next_id, name, node, known in listing.entries(start_id):
-            st = known if known is not None else await listed_stat(node)
-            ino = self.inodes.inode_of(node)
-            if self.acls is not None:  # attributes per user: nothing shared
-                entry = self._entry(ino, st, await self._denied(node, uid))
-            elif last is not None and last[0] is st:
-                # Entries sharing one Stat (a dataset's chunk files) share the
-                # attributes too: readdir_reply copies them at once.
-                entry = last[1]
-                entry.st_ino = ino
-            else:
-                entry = self._entry(ino, st)
-                last = (st, entry)
-            if not pyfuse3.readdir_reply(token, to_bytes(name), entry, next_id):
-                self.inodes.drop_if_unused(ino)
-                break
-            self.inodes.remember(ino)
+        hidden = CONTROL_DIR if fh in self._root_dirs else None
+        # Lookups counted for this reply: if the listing fails part way, pyfuse3
+        # sends the error alone, the kernel never sees these entries and will
+        # never forget them, so the counts are taken back.
+        added: list[int] = []
+        try:
+            async for next_id, name, node, known in listing.entries(start_id):
+                if name == hidden:
+                    continue
+                st = known if known is not None else await listed_stat(node)
+                ino = self.inodes.inode_of(node)
+                if self.acls is not None:  # attributes per user: nothing shared
+                    entry = self._entry(ino, st, await self._denied(node, uid))
+                elif last is not None and last[0] is st:
+                    # Entries sharing one Stat (a dataset's chunk files) share the
+                    # attributes too: readdir_reply copies them at once.
+                    entry = last[1]
+                    entry.st_ino = ino
+                else:
+                    entry = self._entry(ino, st)
+                    last = (st, entry)
+                if not pyfuse3.readdir_reply(token, to_bytes(name), entry, next_id):
+                    self.inodes.drop_if_unused(ino)
+                    break
+                self.inodes.remember(ino)
+                added.append(ino)
+        except BaseException:
+            for ino in added:
+                self.inodes.forget(ino, 1)
+            raise
 
     async def releasedir(self, fh: int) -> None:
         self.requests["releasedir"] += 1
         listing = self._dirs.pop(fh, None)
         self._dir_uids.pop(fh, None)
+        self._root_dirs.discard(fh)
         if listing is not None:
             await listing.aclose()
 
@@ -347,39 +403,51 @@ class Operations(pyfuse3.Operations):
 
     # -- everything that would modify: read-only ------------------------
 
+    @handler
     async def setattr(self, *args: Any) -> pyfuse3.EntryAttributes:
         raise _erofs()
 
+    @handler
     async def setxattr(self, *args: Any) -> None:
         raise _erofs()
 
+    @handler
     async def removexattr(self, *args: Any) -> None:
         raise _erofs()
 
+    @handler
     async def write(self, *args: Any) -> int:
         raise _erofs()
 
+    @handler
     async def create(self, *args: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         raise _erofs()
 
+    @handler
     async def mknod(self, *args: Any) -> pyfuse3.EntryAttributes:
         raise _erofs()
 
+    @handler
     async def mkdir(self, *args: Any) -> pyfuse3.EntryAttributes:
         raise _erofs()
 
+    @handler
     async def unlink(self, *args: Any) -> None:
         raise _erofs()
 
+    @handler
     async def rmdir(self, *args: Any) -> None:
         raise _erofs()
 
+    @handler
     async def symlink(self, *args: Any) -> pyfuse3.EntryAttributes:
         raise _erofs()
 
+    @handler
     async def rename(self, *args: Any) -> None:
         raise _erofs()
 
+    @handler
     async def link(self, *args: Any) -> pyfuse3.EntryAttributes:
         raise _erofs()
 

@@ -7,31 +7,46 @@ through it, third-party ones included (botocore logs the signed request
 headers, session token and all, at DEBUG). Those chatty libraries are also
 held at INFO whatever ``--log-level`` says (``quiet_libraries``).
 
-Concurrency: ``add_secret`` and the filter touch one set under the GIL, with
-no I/O; records may come from any thread.
+The secrets kept are bounded: the ``MAX_SECRETS`` added last are kept (an S3
+connection adds two each time its credentials rotate, so a mount running
+for months would otherwise collect thousands and test every record against
+each). A secret dropped that way is some 32 rotations old: the temporary
+credentials it belonged to expired long ago. Adding a secret again
+makes it the newest.
+
+Concurrency: ``add_secret`` and the filter touch one ordered dict under the
+GIL, with no I/O; records may come from any thread (``mask`` walks a copy).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 MASK = "<redacted>"
 #: Libraries whose DEBUG output is request plumbing (headers, hooks), not ours.
 CHATTY = ("botocore", "aiobotocore", "urllib3", "httpcore", "httpx", "hpack", "hpack.hpack")
 #: Secrets shorter than this are not masked (they would mask ordinary text).
 MIN_SECRET = 8
+#: Most secrets kept; the one added longest ago goes first.
+MAX_SECRETS = 64
 
-_secrets: set[str] = set()
+_secrets: OrderedDict[str, None] = OrderedDict()
 
 
 def add_secret(value: str | None) -> None:
-    """Mask ``value`` in every log record from now on."""
+    """Mask ``value`` in every log record from now on (while it is among the
+    ``MAX_SECRETS`` added last)."""
     if value and len(value) >= MIN_SECRET:
-        _secrets.add(value)
+        _secrets[value] = None
+        _secrets.move_to_end(value)  # never out of the dict, not even for a moment
+        while len(_secrets) > MAX_SECRETS:
+            _secrets.popitem(last=False)
 
 
-def _mask(text: str) -> str:
-    for secret in _secrets:
+def mask(text: str) -> str:
+    """``text`` with every known secret replaced by ``MASK``."""
+    for secret in list(_secrets):
         if secret in text:
             text = text.replace(secret, MASK)
     return text
@@ -44,13 +59,13 @@ class RedactFilter(logging.Filter):
         if not _secrets:
             return True
         message = record.getMessage()
-        masked = _mask(message)
+        masked = mask(message)
         if masked != message:
             record.msg, record.args = masked, None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = _mask(record.exc_text)
+            record.exc_text = mask(record.exc_text)
         return True
 
 

@@ -40,6 +40,7 @@ class Memo:
         self.used = 0
         self.hits = 0
         self.misses = 0
+        self.evictions = 0
         self._items: OrderedDict[Hashable, tuple[Any, ...]] = OrderedDict()
 
     def get(self, key: Hashable, *deps: object) -> Any:
@@ -66,3 +67,4 @@ class Memo:
         while self.used > self.max_bytes or len(self._items) > self.max_entries:
             _, evicted = self._items.popitem(last=False)
             self.used -= evicted[1]
+            self.evictions += 1

@@ -58,6 +58,10 @@ class CachedCatalog:
         self._entries: dict[Hashable, _Entry] = {}
         #: Bumped by ``drop``; entries of older generations are stale.
         self.generation = 0
+        #: Answers given from the cache, fetched, and dropped for room.
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
 
     def __len__(self) -> int:
         """Answers held, fresh or not."""
@@ -103,9 +107,11 @@ class CachedCatalog:
             await entry.pending.wait()
             entry = self._entries.get(key)
         if entry is not None and self._usable(entry, now):
+            self.hits += 1
             if entry.error is not None:
                 raise entry.error
             return entry.value
+        self.misses += 1
         entry = self._begin(key, now)
         try:
             entry.value = await fetch()
@@ -128,6 +134,7 @@ class CachedCatalog:
             if entry.pending is not None:
                 self._entries[oldest] = entry  # back at the end; it is newest anyway
                 return
+            self.evictions += 1
 
     def peek_object(self, domain: Domain, obj_id: str) -> AnyObject | None:
         """The object if it is cached and fresh now (no I/O, no await)."""
@@ -147,10 +154,12 @@ class CachedCatalog:
             key = ("obj", domain.path, obj_id)
             entry = self._entries.get(key)
             if entry is not None and entry.pending is None and self._usable(entry, now):
+                self.hits += 1
                 out[pos] = entry.error if entry.error is not None else entry.value
             elif (entry is not None and entry.pending is not None) or obj_id in fetch:
                 waiting.append(pos)
             else:
+                self.misses += 1
                 fetch[obj_id] = self._begin(key, now)
         try:
             if fetch:

@@ -44,7 +44,8 @@ class Stat:
     ``exact`` is False when ``size`` is a stand-in that a listing gives
     because the real size costs work (a variable-length chunk must be
     decoded): the kernel is then told not to keep it, and the node's own
-    ``stat`` computes the real one.
+    ``stat`` computes the real one. ``volatile`` is True when the content
+    changes on its own (the control files): the kernel keeps no attributes.
     """
 
     type: NodeType
@@ -52,6 +53,7 @@ class Stat:
     mtime: float = 0.0
     ctime: float = 0.0
     exact: bool = True
+    volatile: bool = False
 
 
 class Node(ABC):

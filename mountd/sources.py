@@ -17,6 +17,15 @@ cache entry per URL, so two reference files into one HDF5 file share
 blocks). Local files are read from disk directly; the page cache serves them.
 The daemon gives the cache its background nursery.
 
+``Source.refresh`` (the daemon's SIGHUP, with the catalog cache's ``drop``)
+reads again what the source keeps besides the catalog's answers: an S3
+source's AWS credentials (``S3Connection.reread_credentials``), the HSDS
+domain key indexes (``layouts.hsds_keyindex.drop_all``), and whether cached
+blocks are current (``BlockCache.expire``: the next read that would serve an
+object's cached blocks asks storage first, with a ``head``). A LINDI or
+kerchunk reference file is not read again: the catalog is made from it
+once, at the start.
+
 The security rule for reference files lives here, in their ``OpenUri``: a
 reference file fetched over http(s) may only read http(s) URLs; a local path
 or ``file://`` ref in it is refused with ``Forbidden`` (EACCES, logged once
@@ -24,7 +33,10 @@ per location) unless ``-o allow_local_refs``. Other schemes are refused.
 
 Concurrency: the ``OpenUri`` resolvers only build and memoise store objects
 (no ``await``), so tasks may call them freely. A ``_Host`` is used by the one
-task opening the source.
+task opening the source. ``refresh`` awaits only the credentials; everything
+else it drops in one section without an ``await`` after them, so later
+requests are signed with the new credentials. A block-cache ``head`` under way
+at a refresh counts as made after it.
 """
 
 from __future__ import annotations
@@ -35,7 +47,9 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from layouts import hsds_keyindex
 from layouts.formats import FORMATS
 from layouts.model import Catalog
 from layouts.places import Place, PlaceKind
@@ -47,17 +61,31 @@ from mountd.io.cached import CachedStore
 from mountd.io.diskcache import DiskCache
 from mountd.io.http import HttpConnection, HttpOptions, open_http
 from mountd.io.local import LocalStore
-from mountd.io.s3 import S3Connection, S3Options, open_s3, parse_s3_url
+
+if TYPE_CHECKING:
+    from mountd.io.s3 import S3Connection
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Source:
-    """An opened source: its catalog, and the block cache of its remote reads (if any)."""
+    """An opened source: its catalog, the block cache of its remote reads (if any),
+    and the S3 client of an S3 source."""
 
     catalog: Catalog
     block_cache: BlockCache | None = None
+    s3: S3Connection | None = None
+
+    async def refresh(self) -> None:
+        """Read again what the source keeps (SIGHUP): the S3 credentials first, then,
+        with no await in between, drop the domain key indexes and the block cache's
+        validations."""
+        if self.s3 is not None:
+            await self.s3.reread_credentials()
+        hsds_keyindex.drop_all()
+        if self.block_cache is not None:
+            self.block_cache.expire()
 
 
 @asynccontextmanager
@@ -87,6 +115,9 @@ async def open_source(config: MountConfig) -> AsyncIterator[Source]:
 
 @asynccontextmanager
 async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
+    # aiobotocore takes a third of a second to import: only S3 mounts pay for it.
+    from mountd.io.s3 import S3Options, open_s3, parse_s3_url  # noqa: PLC0415
+
     bucket, prefix = parse_s3_url(config.source)
     options = S3Options(endpoint_url=config.endpoint_url, region=config.region,
                         profile=config.profile, anon=config.anon, timeout=config.timeout)
@@ -96,7 +127,7 @@ async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
         host = _Host(config, stack, storage=_s3_opener(connection, cache), cache=cache)
         catalog = await _open(Place(config.source, PlaceKind.BUCKET, store), host)
         log.info("reading %s through a %d MiB block cache", store.url, config.cache_size >> 20)
-        yield Source(catalog, cache)
+        yield Source(catalog, cache, connection)
 
 
 async def _open(place: Place, host: _Host) -> Catalog:
@@ -118,8 +149,9 @@ class _Host:
 
     ``storage`` opens what a directory's or bucket's objects name in its own
     storage (None for a file or URL, which no format asks it of). The block
-    cache is made when the first remote store needs it (S3 makes it first);
-    the HTTP client ``url_openers`` opens is closed with ``stack``.
+    cache is made when the first remote store needs it (S3
+    makes it first); the HTTP client ``url_openers`` opens is closed with
+    ``stack``.
     """
 
     def __init__(self, config: MountConfig, stack: AsyncExitStack, *,

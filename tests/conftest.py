@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import h5files
+from tests import h5files, tiers
 from tests.hsds_server import (
     HsdsServer,
     S3Keys,
@@ -39,6 +39,24 @@ from tests.mounting import mounted
 
 log = logging.getLogger(__name__)
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, what in tiers.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: needs {what} (tests/tiers.py)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers.check_fixtures(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    tiers.running = item
+    try:
+        return (yield)
+    finally:
+        tiers.running = None
+
 HSDS_BUCKET = "h5mtest"
 #: moto buckets: the key-for-key copy, the copy under a prefix, the one HSDS writes.
 S3_COPY_BUCKET = "h5mtest-copy"
@@ -46,7 +64,7 @@ S3_PREFIXED_BUCKET = "h5mtest-prefixed"
 S3_PREFIX = "nested/copy"
 S3_DIRECT_BUCKET = "h5mtest-direct"
 #: Test files the direct S3 bucket is loaded from: types, chunked layouts, filters.
-S3_DIRECT_SOURCES = ("types.h5", "layout.h5", "filters.h5")
+S3_DIRECT_SOURCES = ("layout.h5", "filters.h5")
 
 
 @dataclass(frozen=True)

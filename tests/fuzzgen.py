@@ -58,6 +58,8 @@ import numcodecs
 import numpy as np
 from hypothesis import strategies as st
 
+from tests import tiers
+
 ROOT = Path(__file__).resolve().parents[1]
 LINDI_PYTHON = ROOT / ".venv-lindi" / "bin" / "python"
 
@@ -881,6 +883,7 @@ class LindiConverter:
 
     def _process(self) -> subprocess.Popen[str]:
         if self._proc is None or self._proc.poll() is not None:
+            tiers.uses("tools")
             self._proc = subprocess.Popen(
                 [str(LINDI_PYTHON), "-c", _LINDI_SERVER], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)

@@ -7,12 +7,16 @@ files into it with ``hstouch``/``hsload`` and flushing domains so every object
 is stored before the nodes stop. The stored-object check (``missing_objects``)
 reads keys through ``DirKeys`` or ``S3Keys``, so it works on either storage.
 
-The ``hsds`` launcher is deliberately not used: it always gives its data node
-port 6101 and does not pass the bucket name (see docs in
-``/work/shared/HSDS-TESTING.md``). Each node gets a scrubbed environment (no
-HSDS config key, ``AWS_*``, ``AZURE_*`` or ``HS_*`` variable is inherited) and
-runs in its own working directory, so no stray ``config.yml`` or ``.hscfg``
-changes its behaviour.
+The ``hsds`` launcher is deliberately not used. It always gives its data node
+port 6101, so a second instance on the same machine collides with the first
+(its data node exits, and its service node writes into the other instance's
+storage), and it does not pass ``--bucket_name`` to its nodes, which then
+take ``BUCKET_NAME`` from the environment or default to ``hsdstest``. The
+nodes are started the way the launcher starts them inside, each on free
+loopback ports and with its own log files (``start``). Each node gets a
+scrubbed environment (no HSDS config key, ``AWS_*``, ``AZURE_*`` or ``HS_*``
+variable is inherited) and runs in its own working directory, so no stray
+``config.yml`` or ``.hscfg`` changes its behaviour.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from typing import Any, Protocol, Self
 
 import h5py
 import numpy as np
+
+from tests import tiers
 
 log = logging.getLogger(__name__)
 
@@ -229,12 +235,17 @@ class S3Keys:
 
     def listing(self, prefix: str = "") -> dict[str, int]:
         """Every key under ``prefix`` with its size."""
-        found: dict[str, int] = {}
+        return {key: size for key, (size, _) in self.entries(prefix).items()}
+
+    def entries(self, prefix: str = "") -> dict[str, tuple[int, str]]:
+        """Every key under ``prefix`` with its size and ETag (unquoted): for an
+        object stored with one PUT, the MD5 of its bytes in hex."""
+        found: dict[str, tuple[int, str]] = {}
         pages = self._client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=prefix)
         for page in pages:
             for item in page.get("Contents", []):
-                found[str(item["Key"])] = int(item["Size"])
+                found[str(item["Key"])] = (int(item["Size"]), str(item["ETag"]).strip('"'))
         return found
 
 
@@ -364,6 +375,7 @@ class HsdsServer:
         it; when a node exits with "address already in use" the start is retried
         on new ports, up to ``attempts`` times.
         """
+        tiers.uses("hsds")
         if self._procs:
             raise HsdsError("HSDS already started")
         self._prepare_storage()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 ROOT = Path(__file__).resolve().parents[1]
 LINDI_PYTHON = ROOT / ".venv-lindi" / "bin" / "python"
 LINDI_TOOL = Path(__file__).with_name("lindi_tool.py")
@@ -26,6 +28,7 @@ def lindi_available() -> bool:
 
 
 def _need_lindi() -> None:
+    tiers.uses("tools")
     if not lindi_available():
         pytest.skip(f"lindi is not installed: {LINDI_PYTHON} is missing (run dev/setup)")
 

@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
+from tests import tiers
+
 log = logging.getLogger(__name__)
 
 
@@ -87,6 +89,7 @@ class LoopbackHttp:
         """Change the listening server before it serves (TLS, for one)."""
 
     def start(self, port: int = 0) -> None:
+        tiers.uses("server")
         """Serve on ``port`` (0: a free one; a port given again restarts a
         stopped server where its clients look for it)."""
         self.stopping.clear()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 
+import numcodecs
 import numpy as np
 
+from layouts.lindi_types import type_json
 from layouts.model import (
     AnyObject,
     ChunkIndex,
@@ -18,6 +20,7 @@ from layouts.model import (
     Domain,
     ElementType,
     Group,
+    VlenKind,
 )
 from mountd.errors import NotFound
 
@@ -113,3 +116,36 @@ def dataset(
 
 def group(obj_id: str, **links: object) -> Group:
     return Group(id=obj_id, links=dict(links))  # type: ignore[arg-type]
+
+
+def strings(obj_id: str, values: list[str], rows_per_chunk: int) -> Dataset:
+    """A 1-D variable-length UTF-8 string dataset, chunks encoded as numcodecs
+    ``VLenUTF8`` (edge chunks padded with the chunk's first value)."""
+    codec = numcodecs.VLenUTF8()
+    blocks: dict[ChunkIndex, bytes] = {}
+    for k in range(-(-len(values) // rows_per_chunk)):
+        got = values[k * rows_per_chunk:(k + 1) * rows_per_chunk]
+        part = np.empty(rows_per_chunk, dtype=object)
+        part[:] = [*got, *[got[0]] * (rows_per_chunk - len(got))]
+        blocks[(k,)] = bytes(codec.encode(part))
+    etype = ElementType(dtype=np.dtype(object), sidecar=VlenKind.UTF8.value,
+                        hdf5={"class": "H5T_STRING", "charSet": "H5T_CSET_UTF8",
+                              "length": "H5T_VARIABLE"},
+                        vlen=VlenKind.UTF8)
+    return Dataset(id=obj_id, shape=(len(values),), maxshape=(len(values),), type=etype,
+                   chunks=(rows_per_chunk,), fill_value=None, store=MemoryChunks(blocks))
+
+
+def table(obj_id: str, values: np.ndarray, rows_per_chunk: int) -> Dataset:
+    """A 1-D dataset of compound type (a plain HDF5 table: it gets ``P.csv``)."""
+    dtype = values.dtype
+    blocks: dict[ChunkIndex, bytes] = {}
+    for k in range(-(-len(values) // rows_per_chunk)):
+        block = np.zeros(rows_per_chunk, dtype)
+        part = values[k * rows_per_chunk:(k + 1) * rows_per_chunk]
+        block[:len(part)] = part
+        blocks[(k,)] = block.tobytes()
+    etype = ElementType(dtype=dtype, sidecar=dtype.descr, hdf5=type_json(dtype))
+    return Dataset(id=obj_id, shape=values.shape, maxshape=values.shape, type=etype,
+                   chunks=(rows_per_chunk,), fill_value=np.zeros((), dtype)[()],
+                   store=MemoryChunks(blocks))

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from tests import tiers
 from tests.hsds_server import _free_port, _tail, clean_env
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class MotoServer:
         self.stop()
 
     def start(self, attempts: int = 3) -> None:
+        tiers.uses("server")
         for _ in range(attempts):
             self.port = _free_port()
             log_file = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child

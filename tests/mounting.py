@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tests import tiers
+
 H5MOUNT = [sys.executable, "-m", "mountd.cli"]
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,6 +41,8 @@ def is_mounted(path: Path) -> bool:
 def run_h5mount(*args: str, timeout: float = 60,
                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run h5mount; ``env`` adds variables (AWS credentials) to this process's environment."""
+    if not {"--help", "--version"} & set(args):
+        tiers.uses("mount")
     return subprocess.run(
         [*H5MOUNT, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
         check=False, env={**os.environ, **env} if env else None,

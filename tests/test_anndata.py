@@ -44,6 +44,7 @@ import trio
 from layouts.anndata import CategoricalColumn
 from layouts.anndata_files import AwkwardRows, mtx_pieces, sparse_of
 from layouts.model import Attribute, Dataset, ElementType, Group, Link, LinkKind
+from tests import tiers
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.lindi_files import lindi_available, write_lindi
 from tests.modelcat import MemoryChunks
@@ -78,6 +79,7 @@ class Written:
 def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
     if not CONV_PYTHON.exists():
         pytest.skip(f"anndata is not installed: {CONV_PYTHON} is missing (run dev/setup)")
+    tiers.uses("tools")
     base = tmp_path_factory.mktemp("anndata")
     subprocess.run([str(CONV_PYTHON), str(TOOL), "write", str(base / "files")],
                    check=True, capture_output=True)
@@ -213,6 +215,8 @@ def view_files(root: Path) -> list[Path]:
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_dataframes_read_back_with_pandas(mount: Mounted, written: Written) -> None:
     for name in NAMES:
         want = written.want(name)
@@ -222,6 +226,8 @@ def test_dataframes_read_back_with_pandas(mount: Mounted, written: Written) -> N
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_dataframe_csv_text(mount: Mounted) -> None:
     """The exact text of a small frame: RFC 4180 quoting, empty fields for
     missing values, the unnamed index headed by an empty field."""
@@ -236,6 +242,8 @@ def test_dataframe_csv_text(mount: Mounted) -> None:
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_sparse_matrices_read_back_with_scipy(mount: Mounted, written: Written) -> None:
     root = mount.roots["sparse"]
     for key in ("X", "layers/csc", "obsp/conn", "varp/corr"):
@@ -257,6 +265,8 @@ def test_sparse_matrices_read_back_with_scipy(mount: Mounted, written: Written) 
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_awkward_arrays_as_json_lines(mount: Mounted, written: Written) -> None:
     for name in ("sparse", "big"):
         for key, rows in written.want(name)["awkward"].items():
@@ -265,6 +275,8 @@ def test_awkward_arrays_as_json_lines(mount: Mounted, written: Written) -> None:
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_elements_as_lines(mount: Mounted) -> None:
     uns = mount.roots["sparse"] / "uns"
     assert lines(uns / "cats.txt") == ["u", "v", "", "u"]
@@ -279,6 +291,8 @@ def test_elements_as_lines(mount: Mounted) -> None:
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_scalars_in_the_sidecar(mount: Mounted, written: Written) -> None:
     uns = written.want("sparse")["uns"]
     root = mount.roots["sparse"] / "uns"
@@ -291,6 +305,8 @@ def test_scalars_in_the_sidecar(mount: Mounted, written: Written) -> None:
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_sidecar_keys(mount: Mounted) -> None:
     root = json.loads(mount.sidecars["sparse"].read_text())["anndata"]
     assert root == {
@@ -340,6 +356,8 @@ def tool_output(*args: str) -> bytes:
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 @pytest.mark.parametrize("source", ["hsds", "lindi"])
 def test_tools_agree_with_stat(source: str, request: pytest.FixtureRequest,
                                tmp_path: Path) -> None:
@@ -381,6 +399,8 @@ def test_tools_agree_with_stat(source: str, request: pytest.FixtureRequest,
 
 
 @pytest.mark.mount
+@pytest.mark.hsds
+@pytest.mark.tools
 def test_small_blocks_give_the_same_bytes(lindi_files: dict[str, Path], lindi_mount: Mounted,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon's tree in this process, with blocks of a few rows and

@@ -117,6 +117,7 @@ async def read_npy(tree: Tree, step: int) -> tuple[NpyReader, list[bytes | Mount
 
 
 @pytest.mark.parametrize("budget", [1 << 20, 64 << 20])
+@pytest.mark.slow
 def test_npy_of_tiny_chunks_reads_in_batches_within_budget(tmp_path: Path, budget: int) -> None:
     count = 10_000
     store = tiny_store(tmp_path, count, skip={5, 9_999}, bad={7_345})

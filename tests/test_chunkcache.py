@@ -76,6 +76,7 @@ def test_budget_evicts_least_recently_used() -> None:
     trio.run(main)
 
 
+@pytest.mark.slow
 def test_entry_overhead_covers_what_a_tiny_chunk_costs() -> None:
     """The budget is honest for tiny chunks: what 20,000 cached 4-byte chunks
     (keyed as the tree keys them) hold is at most what they count."""

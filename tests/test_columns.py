@@ -484,6 +484,7 @@ sys.stdout.write(repr((head[:80], tail)))
 """
 
 
+@pytest.mark.slow
 def test_million_rows_with_bounded_memory() -> None:
     """A 1,000,000-row table (about 50 MB of CSV) is streamed, sized and read
     through with the process's resident memory, sampled after every piece and

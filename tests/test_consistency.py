@@ -106,6 +106,7 @@ def test_local_bucket_follows_a_live_hsds(tmp_path: Path) -> None:
             _check_follows_storage(server, mp)
 
 
+@pytest.mark.server
 def test_s3_bucket_follows_a_live_hsds(moto: MotoServer, tmp_path: Path) -> None:
     moto.create_bucket(BUCKET)
     storage = S3Storage.from_env(moto.endpoint, moto.env())

@@ -13,8 +13,8 @@ import pytest
 
 from tests.mounting import daemon_pids, fuse_available, mounted
 
-pytestmark = pytest.mark.skipif(fuse_available() is not None,
-                                reason=f"no FUSE: {fuse_available()}")
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.skipif(fuse_available() is not None,
+                                                 reason=f"no FUSE: {fuse_available()}")]
 
 
 def obj_dir(bucket: Path, obj_id: str) -> Path:

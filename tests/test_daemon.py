@@ -24,8 +24,8 @@ from tests.mounting import (
     wait_gone,
 )
 
-pytestmark = pytest.mark.skipif(fuse_available() is not None,
-                                reason=f"no FUSE: {fuse_available()}")
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.skipif(fuse_available() is not None,
+                                                 reason=f"no FUSE: {fuse_available()}")]
 
 
 def test_help_and_version() -> None:

@@ -144,6 +144,7 @@ def lz4_claiming(nbytes: int) -> bytes:
 # --------------------------------------------------------------------------- layouts.inflate
 
 
+@pytest.mark.slow
 def test_zlib_and_gzip_bombs_stop_at_the_limit() -> None:
     bomb = zlib_bomb()
     assert len(bomb) < BOMB // 500
@@ -198,6 +199,7 @@ def hsds_spec(tj: Any, chunks: tuple[int, ...], filters: list[Any] | None) -> Ch
                      plan=filter_plan(filters))
 
 
+@pytest.mark.slow
 def test_hsds_chunk_bombs(monkeypatch: pytest.MonkeyPatch) -> None:
     bomb = zlib_bomb()
     spec = hsds_spec("H5T_STD_U8LE", (CHUNK,), GZIP)
@@ -246,6 +248,7 @@ def lindi_spec(configs: list[dict[str, Any]], kind: Kind = Kind.RAW,
                                   bytes(stored.itemsize))
 
 
+@pytest.mark.slow
 def test_lindi_codec_bombs(monkeypatch: pytest.MonkeyPatch) -> None:
     bomb = zlib_bomb()
     decode_lindi = lindi_codecs.decode_chunk
@@ -499,6 +502,7 @@ def run_external(path: Path, chunks: tuple[int, ...]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("chunks", [BOMB_CHUNKS, (200, 800)],
                          ids=["linked-path", "h5py-path"])
+@pytest.mark.slow
 def test_external_array_bomb(tmp_path: Path, chunks: tuple[int, int]) -> None:
     """A 512 MiB deflate bomb in the HDF5 file of an external array link: the
     .zarray grid equal to the HDF5 chunks takes the linked path, another grid
@@ -519,6 +523,7 @@ def test_external_array_bomb(tmp_path: Path, chunks: tuple[int, int]) -> None:
     assert got["grown_kib"] < 128 * 1024, got  # not the 512 MiB the bomb holds
 
 
+@pytest.mark.slow
 def test_external_h5py_path_reads_every_filter(tmp_path: Path) -> None:
     """The check before h5py reads has no false positives: each HDF5 pipeline,
     through another grid than the HDF5 chunks (edge chunks included), reads as

@@ -228,6 +228,7 @@ def errors_of(snap: Snapshot) -> list[str]:
 
 @FUZZ
 @given(spec=file_specs())
+@pytest.mark.tools
 def test_valid_sources_match_h5py(spec: FileSpec, lindi: LindiConverter,
                                   workdir: Callable[[], Path]) -> None:
     built = build(spec, workdir(), lindi)
@@ -308,6 +309,7 @@ def hsds_targets(built: Built) -> list[tuple[str, str, Any]]:
 
 @FUZZ
 @given(spec=file_specs(), data=st.data())
+@pytest.mark.slow
 def test_damaged_hsds_bucket(spec: FileSpec, data: st.DataObject,
                              workdir: Callable[[], Path]) -> None:
     built = build(spec, workdir(), None, sibling=True)
@@ -354,6 +356,7 @@ def test_damaged_hsds_bucket(spec: FileSpec, data: st.DataObject,
 
 @FUZZ
 @given(spec=file_specs(), data=st.data())
+@pytest.mark.tools
 def test_damaged_lindi_file(spec: FileSpec, data: st.DataObject, lindi: LindiConverter,
                             workdir: Callable[[], Path]) -> None:
     base = workdir()
@@ -416,6 +419,7 @@ def test_bitshuffle_stream_of_chunk_size(tmp_path: Path) -> None:
     assert np.load(io.BytesIO(npy)).tolist() == data.tolist()
 
 
+@pytest.mark.tools
 def test_one_bad_ref_is_that_object_alone(tmp_path: Path, lindi: LindiConverter) -> None:
     """One malformed ref (here null) once refused the whole reference file; it now
     gives EIO on its dataset alone (MOUNT-SPEC.md, Errors)."""

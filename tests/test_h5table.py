@@ -42,6 +42,8 @@ tables = pytest.importorskip("tables")
 
 pytestmark = [
     pytest.mark.mount,
+    pytest.mark.hsds,
+    pytest.mark.tools,
     pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available())),
 ]
 

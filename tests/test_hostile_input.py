@@ -240,6 +240,7 @@ async def domain_of(catalog: HsdsCatalog) -> Domain:
     return found
 
 
+@pytest.mark.slow
 def test_catalog_leaves_out_unshowable_links(bucket: HostileBucket,
                                              caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> Group:
@@ -261,6 +262,7 @@ def test_catalog_leaves_out_unshowable_links(bucket: HostileBucket,
     assert "5 of the links" in logged[0] and objid.getS3Key(bucket.root) in logged[0]
 
 
+@pytest.mark.slow
 def test_catalog_refuses_each_bad_object_alone(bucket: HostileBucket) -> None:
     why = {"dims_overflow": "too many elements", "dims_bytes": "too large",
            "dims_negative": "bad dims", "chunk_zero": "do not fit",
@@ -333,6 +335,7 @@ def test_max_metadata_is_the_limit(bucket: HostileBucket) -> None:
     trio.run(main)
 
 
+@pytest.mark.slow
 def test_a_big_group_parses_in_proportion(tmp_path: Path) -> None:
     """30,000 links: memory grows with the links (about 1.6 KB each, the JSON
     document included), not faster; the million-link group above is refused
@@ -527,6 +530,7 @@ def local_open(uri: str) -> tuple[Store, str]:
     return LocalStore("/"), uri.lstrip("/")
 
 
+@pytest.mark.slow
 def test_lindi_catalog_refuses_each_bad_object_alone(lindi_file: Path,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     why = {"bad_rank": "more than 32", "bad_rank_huge": "more than 32",
@@ -613,6 +617,7 @@ def hsds_mount(bucket: HostileBucket,
 
 
 @needs_fuse
+@pytest.mark.mount
 def test_mount_shows_good_objects_and_eio_for_each_bad_one(
         bucket: HostileBucket, hsds_mount: tuple[Path, Path]) -> None:
     mp, log = hsds_mount
@@ -648,6 +653,7 @@ def test_mount_shows_good_objects_and_eio_for_each_bad_one(
 
 
 @needs_fuse
+@pytest.mark.mount
 def test_mount_bad_domain_met_in_a_listing_gives_eio(hsds_mount: tuple[Path, Path]) -> None:
     mp, _ = hsds_mount
     assert set(BAD_DOMAINS) <= {f"home/{name}" for name in os.listdir(mp / "home")}
@@ -656,6 +662,7 @@ def test_mount_bad_domain_met_in_a_listing_gives_eio(hsds_mount: tuple[Path, Pat
 
 
 @needs_fuse
+@pytest.mark.mount
 def test_mount_hard_link_cycles_end(hsds_mount: tuple[Path, Path]) -> None:
     mp, _ = hsds_mount
     cycle = mp / HSDS_DOMAIN / "cycle"
@@ -668,6 +675,7 @@ def test_mount_hard_link_cycles_end(hsds_mount: tuple[Path, Path]) -> None:
 
 
 @needs_fuse
+@pytest.mark.mount
 def test_mount_of_hostile_lindi_file(lindi_file: Path, tmp_path: Path) -> None:
     log = tmp_path / "h5mount.log"
     with mounted(lindi_file, tmp_path / "mp", "--log-file", str(log)) as mp:
@@ -686,6 +694,7 @@ def test_mount_of_hostile_lindi_file(lindi_file: Path, tmp_path: Path) -> None:
 
 
 @needs_fuse
+@pytest.mark.mount
 def test_oversized_reference_file_mount_is_refused(tmp_path: Path) -> None:
     source = sparse(tmp_path / "big.json", b'{"refs": {', MAX_JSON_BYTES + 1)
     mp = tmp_path / "mp"
@@ -698,6 +707,7 @@ def test_oversized_reference_file_mount_is_refused(tmp_path: Path) -> None:
     assert not daemon_pids(mp)
 
 
+@pytest.mark.slow
 def test_help_names_max_metadata() -> None:
     out = run_h5mount("--help")
     assert out.returncode == 0 and "max_metadata=SIZE" in out.stdout

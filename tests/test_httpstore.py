@@ -34,6 +34,9 @@ DATA = random.Random(5).randbytes(300_000)
 BIG = random.Random(6).randbytes(4 << 20)
 OTHER = b"another object on the same server"
 #: Seconds of budget for tests that fail on purpose; the slack allowed past it.
+#: Every test here talks to a real Range HTTP server on loopback.
+pytestmark = pytest.mark.server
+
 SHORT = 3.0
 SLACK = 2.0
 

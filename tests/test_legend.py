@@ -35,7 +35,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,7 @@ from layouts.views import VIEWS
 from mountd.metacache import CachedCatalog
 from mountd.nodes import DirNode, FileNode, Node
 from mountd.tree import Tree
+from tests import tiers
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.lindi_files import write_lindi
 from tests.modelcat import MemoryCatalog, MemoryChunks
@@ -91,8 +92,14 @@ LGDO_OBJECTS = ("events", "runtime", "meta", "matrix", "tracks")
 CUMSUM_ROWS = 700
 BUCKET = "legendtest"
 
-needs_fuse = pytest.mark.skipif(fuse_available() is not None,
-                                reason=f"no FUSE: {fuse_available()}")
+def needs_fuse(test: Callable[..., None]) -> Callable[..., None]:
+    """A test of the mounted views: real mounts of an HSDS bucket and of LINDI
+    files, written with lgdo (``tools``)."""
+    for mark in (pytest.mark.mount, pytest.mark.hsds, pytest.mark.tools,
+                 pytest.mark.skipif(fuse_available() is not None,
+                                    reason=f"no FUSE: {fuse_available()}")):
+        test = mark(test)
+    return test
 
 
 # --------------------------------------------------------------------------- grammar
@@ -188,6 +195,7 @@ def hard(obj_id: str) -> Link:
     return Link(LinkKind.HARD, obj_id, target_kind=kind)
 
 
+@pytest.mark.slow
 def test_head_of_a_large_table_reads_only_its_first_chunks() -> None:
     """``events.csv`` of a 500k-row table in memory: once its size is known
     (the first ``stat`` streams it once), its first 4 KiB are streamed from
@@ -317,6 +325,7 @@ def legend_files(tmp_path_factory: pytest.TempPathFactory) -> LegendFiles:
     why = _conv_ready()
     if why is not None:
         pytest.skip(why)
+    tiers.uses("tools")
     base = tmp_path_factory.mktemp("legend-src")
     lh5 = base / "events.lh5"
     subprocess.run([str(CONV_PYTHON), str(LEGEND_TOOL), "write", str(lh5), "--rows", str(ROWS),

@@ -42,8 +42,8 @@ from tests.mounting import (
     wait_gone,
 )
 
-pytestmark = pytest.mark.skipif(fuse_available() is not None,
-                                reason=f"no FUSE: {fuse_available()}")
+pytestmark = [pytest.mark.mount, pytest.mark.skipif(fuse_available() is not None,
+                                                 reason=f"no FUSE: {fuse_available()}")]
 
 SAMPLE = REPO / "examples" / "sample-bucket"
 #: The sample bucket's one domain, and the file of its root group.

@@ -388,6 +388,7 @@ def _sidecar_dtype(h5dtype: np.dtype, width: int) -> Any:
     return h5dtype.str
 
 
+@pytest.mark.slow
 def test_objects_chunks_and_sidecars_match_h5py(converted: dict[str, Converted]) -> None:
     async def check(c: Converted) -> int:
         catalog, table = await open_catalog(c.ref, RecordingExternal())
@@ -432,6 +433,7 @@ def test_objects_chunks_and_sidecars_match_h5py(converted: dict[str, Converted])
         assert trio.run(check, c) > 0, c.h5.name
 
 
+@pytest.mark.slow
 def test_lindi_specifics(converted: dict[str, Converted]) -> None:
     c = converted["specifics.h5"]
 
@@ -498,6 +500,7 @@ class RecordingExternal:
         return self.inner.store(url, name, dataset)
 
 
+@pytest.mark.slow
 def test_external_array_link(converted: dict[str, Converted]) -> None:
     c = converted["specifics.h5"]
 
@@ -567,6 +570,7 @@ def _same_data(lindi: np.ndarray, hsds: np.ndarray, ds: Dataset, ids: Tree) -> b
     return lindi.tolist() == hsds.tolist()
 
 
+@pytest.mark.hsds
 def test_matches_hsds(hsds_bucket: Any, tmp_path: Path) -> None:
     """Every object of each converted file against the HSDS view of the same file."""
     sources = {name: hsds_bucket.files[domain] for name, domain in HSDS_DOMAINS.items()}
@@ -821,6 +825,7 @@ def test_read_errors_propagate(converted: dict[str, Converted], tmp_path: Path) 
     trio.run(main)
 
 
+@pytest.mark.slow
 def test_lindi_tar_reads_like_json(converted: dict[str, Converted], tmp_path: Path) -> None:
     """A ``.lindi.tar`` (lindi's own container: inline data in ``lindi.json``,
     chunks as ranges of the HDF5 file) gives the same objects and chunks."""
@@ -936,6 +941,7 @@ def _many_keys(datasets: int, chunks: int) -> Iterator[str]:
             yield f"grp/d{d}/{i // 1000}.{i % 1000}"
 
 
+@pytest.mark.slow
 def test_key_index_of_a_million_refs() -> None:
     keys = list(_many_keys(10, 100_000))
     started = time.monotonic()

@@ -251,6 +251,7 @@ def test_tar_members() -> None:
     assert "past the end" in bad.problem
 
 
+@pytest.mark.slow
 def test_many_refs_share_urls() -> None:
     refs = {f"x/{i}": ["{{u}}" if i % 2 else "data/f.h5", i * 10, 10] for i in range(100_000)}
     table = parse({"refs": refs, "templates": {"u": "https://h/f.h5"}})
@@ -436,6 +437,7 @@ def check_against_lindi(table: RefTable, path: Path) -> None:
         assert ref_bytes(table.refs[key]) == value, key
 
 
+@pytest.mark.tools
 def test_lindi_json(h5file: Path, tmp_path: Path) -> None:
     out = write_lindi("json", h5file, tmp_path / "data.lindi.json", threshold=100)
     table = load(out)
@@ -453,6 +455,7 @@ def test_lindi_json(h5file: Path, tmp_path: Path) -> None:
     check_against_lindi(table, out)
 
 
+@pytest.mark.tools
 def test_lindi_json_relative_url(h5file: Path, tmp_path: Path) -> None:
     """Chunk URLs written relative (``./data.h5``) resolve next to the reference file.
     (lindi 0.4.6 itself cannot read ``./`` URLs outside a tar or directory.)"""
@@ -471,6 +474,7 @@ def tar_offsets(path: Path) -> dict[str, tuple[int, int]]:
         return {m.name: (m.offset_data, m.size) for m in tar.getmembers()}
 
 
+@pytest.mark.tools
 def test_lindi_tar(h5file: Path, tmp_path: Path) -> None:
     """Enough blobs that lindi moves lindi.json and .tar_index.json to the tar's end."""
     out = write_lindi("tar", h5file, tmp_path / "data.lindi.tar", blobs=300)
@@ -492,6 +496,7 @@ def test_lindi_tar(h5file: Path, tmp_path: Path) -> None:
         assert ref_bytes(table.refs[key]) == value
 
 
+@pytest.mark.tools
 def test_lindi_tar_without_blobs(h5file: Path, tmp_path: Path) -> None:
     out = write_lindi("tar", h5file, tmp_path / "plain.lindi.tar")
     table = load(out)
@@ -499,6 +504,7 @@ def test_lindi_tar_without_blobs(h5file: Path, tmp_path: Path) -> None:
     check_against_lindi(table, out)
 
 
+@pytest.mark.tools
 def test_lindi_dir(h5file: Path, tmp_path: Path) -> None:
     out = write_lindi("dir", h5file, tmp_path / "data.lindi.d", blobs=2)
     table = load(out, is_dir=True)
@@ -538,6 +544,7 @@ def test_load_refuses_other_files(h5file: Path, tmp_path: Path) -> None:
         load(bad)
 
 
+@pytest.mark.tools
 def test_load_refuses_broken_tar(h5file: Path, tmp_path: Path) -> None:
     out = write_lindi("tar", h5file, tmp_path / "broken.lindi.tar")
     data = bytearray(out.read_bytes())
@@ -577,6 +584,8 @@ def load_http(url: str, *, is_dir: bool = False) -> RefTable:
     return trio.run(run)
 
 
+@pytest.mark.server
+@pytest.mark.tools
 def test_remote_tar_reads_only_the_index_chain(http_files: tuple[Any, Path]) -> None:
     server, root = http_files
     out = write_lindi("tar", root / "data.h5", root / "data.lindi.tar", url="./data.h5",
@@ -603,6 +612,8 @@ def test_remote_tar_reads_only_the_index_chain(http_files: tuple[Any, Path]) -> 
             assert table.refs[key] == RangeRef(url, ref.offset, ref.length)
 
 
+@pytest.mark.server
+@pytest.mark.tools
 def test_remote_json_and_dir(http_files: tuple[Any, Path]) -> None:
     server, root = http_files
     write_lindi("json", root / "data.h5", root / "data.lindi.json", url="./data.h5")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -89,6 +90,7 @@ async def symlinks(tree: Tree) -> list[tuple[tuple[str, ...], str, SymlinkNode]]
     return found
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(soft=st.lists(hostile_paths, min_size=1, max_size=4),
        external=st.lists(st.tuples(hostile_paths, hostile_paths), max_size=3),

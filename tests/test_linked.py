@@ -637,9 +637,10 @@ def test_large_chunks_decode_in_worker_threads(linked_bucket: LinkedBucket,
 # --------------------------------------------------------------------------- mount
 
 
-@pytest.mark.hsds
-@pytest.mark.mount
-@pytest.mark.skipif(fuse_available() is not None, reason=f"no FUSE: {fuse_available()}")
+needs_fuse = pytest.mark.skipif(fuse_available() is not None,
+                                reason=f"no FUSE: {fuse_available()}")
+
+
 def check_linked_mount(mp: Path, linked_bucket: LinkedBucket) -> None:
     """Every linked ``.npy`` on the mount equals h5py; the sidecars keep the layouts."""
     with h5py.File(linked_bucket.files / "linked.h5") as f:
@@ -662,12 +663,19 @@ def check_linked_mount(mp: Path, linked_bucket: LinkedBucket) -> None:
         assert np.load(npy).tobytes() == spec.expect.tobytes(), name
 
 
+@pytest.mark.hsds
+@pytest.mark.mount
+@needs_fuse
 def test_mounted_linked_npy(linked_bucket: LinkedBucket, tmp_path: Path) -> None:
     """Through a real mount (POSIX ``file_uri`` resolver of ``mountd.sources``)."""
     with mounted(linked_bucket.bucket_dir, tmp_path / "mnt") as mp:
         check_linked_mount(mp, linked_bucket)
 
 
+@pytest.mark.hsds
+@pytest.mark.mount
+@pytest.mark.server
+@needs_fuse
 def test_mounted_linked_npy_on_s3(linked_bucket: LinkedBucket, moto, tmp_path: Path) -> None:
     """The same bucket copied key for key onto S3 (the HDF5 files too): ``file_uri``
     ``linktest/files/...`` is read from that bucket through the block cache."""

@@ -26,7 +26,7 @@ import pytest
 
 from tests.mounting import daemon_pids, fuse_available, mounted
 
-pytestmark = [pytest.mark.mount,
+pytestmark = [pytest.mark.mount, pytest.mark.hsds,
               pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
 
 log = logging.getLogger(__name__)

@@ -68,6 +68,7 @@ def setup(bucket_dir, ttl: float = 60.0):
     return store, clock, cached
 
 
+@pytest.mark.hsds
 def test_mount_root_reads_nothing(hsds_bucket) -> None:
     async def main() -> None:
         store, _, cached = setup(hsds_bucket.bucket_dir)
@@ -76,6 +77,7 @@ def test_mount_root_reads_nothing(hsds_bucket) -> None:
     trio.run(main)
 
 
+@pytest.mark.hsds
 def test_looking_into_one_group_reads_only_its_objects(hsds_bucket) -> None:
     async def main() -> None:
         store, _, cached = setup(hsds_bucket.bucket_dir)
@@ -100,6 +102,7 @@ def test_looking_into_one_group_reads_only_its_objects(hsds_bucket) -> None:
     trio.run(main)
 
 
+@pytest.mark.hsds
 def test_ttl_single_flight_and_error_caching(hsds_bucket) -> None:
     async def main() -> None:
         store, clock, cached = setup(hsds_bucket.bucket_dir, ttl=60)
@@ -133,6 +136,7 @@ def test_ttl_single_flight_and_error_caching(hsds_bucket) -> None:
     trio.run(main)
 
 
+@pytest.mark.hsds
 def test_get_objects_loads_a_batch_and_again_after_the_ttl(hsds_bucket) -> None:
     """One read per object for a batch, errors kept per object, nothing read
     while fresh, and every expired object read again in the next batch."""

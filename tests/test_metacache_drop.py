@@ -1,23 +1,36 @@
-"""``CachedCatalog.drop`` (the daemon's SIGHUP): every cached answer goes stale at once.
+"""What the daemon's SIGHUP drops, without a mount: every cached answer goes stale at once.
 
-A small in-memory catalog counts the fetches that reach it and can hold one
-open, so a fetch under way at the drop is seen to answer the task that
-started it with its own outcome, while the task waiting on it fetches again.
+``CachedCatalog.drop``: a small in-memory catalog counts the fetches that
+reach it and can hold one open, so a fetch under way at the drop is seen to
+answer the task that started it with its own outcome, while the task waiting
+on it fetches again. The other caches SIGHUP reaches: the HSDS domain key
+index (``DomainKeys.drop`` and ``drop_all``, a listing under way at the drop
+included), the reference index (keyed by ``Tree.epoch``, which
+``Tree.refresh`` moves on) and the block cache's validations
+(``Source.refresh`` calls ``BlockCache.expire``).
 
-Concurrency: each test is one ``trio.run``; the held fetch waits on a
-``trio.Event`` the test sets.
+Concurrency: each test is one ``trio.run``; held fetches and listings wait on
+a ``trio.Event`` the test sets.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
 import trio.testing
 
-from layouts.model import Domain
+from layouts import hsds_keyindex
+from layouts.hsds_ids import HsdsId
+from layouts.hsds_keyindex import DomainKeys
+from layouts.model import Domain, Group, Link, LinkKind, ObjectKind, ObjectRef
+from mountd.io.blockcache import BlockCache
 from mountd.metacache import CachedCatalog
+from mountd.sources import Source
+from mountd.tree import Tree
+from tests.test_blockcache import MemoryStore
 
 
 class Versions:
@@ -81,5 +94,127 @@ def test_fetch_under_way_at_drop_answers_its_task_then_goes_stale() -> None:
         inner.gate = None
         assert await cached.list_folder("a") == ["v2"]
         assert inner.fetches["a"] == 2
+
+    trio.run(main)
+
+
+class Keys:
+    """A store of one domain's dataset keys (``iter_keys`` only); a listing may be held."""
+
+    url = "mem://keys/"
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.gate: trio.Event | None = None
+
+    async def iter_keys(self, prefix: str) -> AsyncIterator[str]:
+        names = list(self.names)
+        if self.gate is not None:
+            await self.gate.wait()
+        for name in names:
+            yield f"{prefix}d2/{name}"
+
+
+DSET = HsdsId("d-u1-d2", "d", "u1", "d2")
+
+
+def test_domain_keys_drop_lists_again() -> None:
+    async def main() -> None:
+        store = Keys(["0_0"])
+        keys = DomainKeys(store, ttl=3600)  # type: ignore[arg-type]
+        assert await keys.chunk_names(DSET) == ["0_0"]
+        store.names = ["0_0", "0_1"]
+        assert await keys.chunk_names(DSET) == ["0_0"]
+        assert keys.listings == 1
+        keys.drop()
+        assert await keys.chunk_names(DSET) == ["0_0", "0_1"]
+        store.names = ["0_0", "0_1", "1_0"]
+        hsds_keyindex.drop_all()
+        assert await keys.chunk_names(DSET) == ["0_0", "0_1", "1_0"]
+        assert keys.listings == 3
+
+    trio.run(main)
+
+
+def test_listing_under_way_at_drop_answers_its_waiters_and_is_not_kept() -> None:
+    async def main() -> None:
+        store = Keys(["0_0"])
+        keys = DomainKeys(store, ttl=3600)  # type: ignore[arg-type]
+        store.gate = trio.Event()
+        answers: list[list[str] | None] = []
+
+        async def ask() -> None:
+            answers.append(await keys.chunk_names(DSET))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            keys.drop()
+            store.names = ["0_0", "0_1"]
+            store.gate.set()
+        assert answers == [["0_0"], ["0_0"]]
+        assert keys.listings == 1
+        assert await keys.chunk_names(DSET) == ["0_0", "0_1"]
+        assert keys.listings == 2
+
+    trio.run(main)
+
+
+class Linked:
+    """A domain whose root group links to one object, by a name the test changes."""
+
+    single_domain = "d"
+
+    def __init__(self) -> None:
+        self.name = "first"
+        self.fetches = 0
+
+    async def list_folder(self, path: str) -> list[str]:
+        raise AssertionError("not used")
+
+    async def domain(self, path: str) -> Domain | None:
+        return Domain(path, "g-root")
+
+    async def get_object(self, domain: Domain, obj_id: str) -> Any:
+        self.fetches += 1
+        assert obj_id == "g-root"
+        link = Link(LinkKind.HARD, "d-target", target_kind=ObjectKind.DATASET)
+        return Group(id="g-root", links={self.name: link})
+
+
+def test_tree_refresh_drops_the_reference_index() -> None:
+    async def main() -> None:
+        inner = Linked()
+        tree = Tree(CachedCatalog(inner, ttl=3600), ttl=3600)
+        domain = Domain("d", "g-root")
+        ref = ObjectRef(obj_id="d-target")
+        assert await tree.refs.ref_path(domain, ref) == "/first"
+        inner.name = "second"
+        tree.catalog.drop()  # type: ignore[attr-defined]
+        assert await tree.refs.ref_path(domain, ref) == "/first"
+        assert inner.fetches == 1
+        tree.refresh()
+        assert await tree.refs.ref_path(domain, ref) == "/second"
+        assert inner.fetches == 2
+
+    trio.run(main)
+
+
+def test_source_refresh_revalidates_cached_blocks() -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        store.put("k", b"old")
+        cache = BlockCache(1 << 20, validate_ttl=3600, block_size=1024)
+        source = Source(Versions(), cache)  # type: ignore[arg-type]
+        assert (await cache.read(store, "k")).data == b"old"
+        store.put("k", b"new")
+        assert (await cache.read(store, "k")).data == b"old"
+        assert store.heads() == 0
+        await source.refresh()
+        assert (await cache.read(store, "k")).data == b"new"
+        assert store.heads() == 1
+        assert (await cache.read(store, "k")).data == b"new"
+        assert store.heads() == 1
 
     trio.run(main)

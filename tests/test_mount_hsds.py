@@ -28,8 +28,8 @@ from tests.h5compare import (
 )
 from tests.mounting import fuse_available
 
-pytestmark = pytest.mark.skipif(fuse_available() is not None,
-                                reason=f"no FUSE: {fuse_available()}")
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.skipif(fuse_available() is not None,
+                                                 reason=f"no FUSE: {fuse_available()}")]
 
 
 def sidecar_dtype(doc: dict) -> np.dtype | str:

@@ -41,7 +41,7 @@ from tests.http_server import RangeHttpServer
 from tests.lindi_files import lindi_available, write_lindi
 from tests.mounting import fuse_available, mounted, run_h5mount
 
-pytestmark = [pytest.mark.mount,
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.server, pytest.mark.tools,
               pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
 
 #: Test files lindi 0.4.6 can describe (it refuses the others as a whole; see

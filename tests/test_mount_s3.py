@@ -6,7 +6,9 @@ time, symlink, xattr and byte. Faults are injected by a real HTTP proxy in
 front of moto (``tests/faultproxy.py``): retried faults must not change a
 byte, permanent ones give EIO within ``-o timeout``, and a slow server still
 gains from readahead. A bucket HSDS wrote onto S3 itself is compared with
-h5py.
+h5py. SIGHUP rereads the credentials of a profile: the proxy's record shows
+which access key signed each request (its ``Authorization`` header), and a
+credentials file gone at the SIGHUP leaves the old key in use with a warning.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -28,11 +31,11 @@ import numpy as np
 import pytest
 
 from layouts.hsds_ids import parse_id
-from tests.faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy, Seen
 from tests.h5compare import mount_file, walk_links
 from tests.mounting import daemon_pids, fuse_available, mounted
 
-pytestmark = [pytest.mark.mount, pytest.mark.hsds,
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.server, pytest.mark.server,
               pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
 
 #: A dataset with a 3x2 grid of gzip chunks, all stored.
@@ -359,3 +362,111 @@ def test_walk_lists_each_domain_not_each_dataset(s3_bucket, mnt, proxy, tmp_path
     assert datasets > 20
     assert per_dataset == []
     assert 1 <= len(set(domain_level)) == len(domain_level)
+
+
+# ------------------------------------------------------------------------- SIGHUP
+
+#: The profile the SIGHUP tests mount with, in a credentials file of their own.
+PROFILE = "h5reload"
+
+
+def write_credentials(path: Path, key: str, profile: str = PROFILE) -> None:
+    path.write_text(f"[{profile}]\naws_access_key_id = {key}\n"
+                    f"aws_secret_access_key = secret-of-{key}\n")
+
+
+def signing_key(seen: Seen) -> str | None:
+    """The access key of a request's SigV4 ``Authorization`` header (None: unsigned)."""
+    auth = next((v for k, v in seen.headers.items() if k.lower() == "authorization"), "")
+    match = re.search(r"Credential=([^/]+)/", auth)
+    return match[1] if match else None
+
+
+def by_aiobotocore(seen: Seen) -> bool:
+    """Whether aiobotocore sent the request (listings), not the hot path (GET, HEAD)."""
+    return any(name.lower() == "amz-sdk-invocation-id" for name in seen.headers)
+
+
+def sighup(mp: Path, log_file: Path) -> None:
+    """Send SIGHUP to the daemon of ``mp`` and wait until it has acted on it."""
+    (pid,) = daemon_pids(mp)
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while "SIGHUP:" not in log_file.read_text():
+        assert time.monotonic() < deadline, "the daemon did not log the SIGHUP"
+        time.sleep(0.05)
+
+
+def profile_mount(s3_bucket, proxy: FaultProxy, mp: Path, credentials: Path, log_file: Path):
+    """A mount through ``proxy`` with ``-o profile=PROFILE`` read from ``credentials``
+    alone (no AWS_* keys, no config file, no instance metadata)."""
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(credentials),
+           "AWS_CONFIG_FILE": str(credentials.parent / "no-config"),
+           "AWS_EC2_METADATA_DISABLED": "true", "AWS_REGION": "us-east-1"}
+    return mounted(s3_bucket.url, mp, "--endpoint-url", proxy.endpoint,
+                   "-o", f"profile={PROFILE},metadata_ttl=3600,timeout=10",
+                   "--log-level", "INFO", "--log-file", str(log_file), env=env)
+
+
+def read_some(mp: Path, mnt: Path, dataset: str) -> None:
+    """Read a dataset whole and list its chunk files (a listing of its domain's keys)."""
+    assert (mp / f"{dataset}.npy").read_bytes() == (mnt / f"{dataset}.npy").read_bytes()
+    assert sorted(os.listdir(mp / dataset)) == sorted(os.listdir(mnt / dataset))
+
+
+def test_sighup_rereads_the_credentials_file(s3_bucket, mnt, proxy, tmp_path) -> None:
+    """Requests before the SIGHUP are signed with key A, after it with key B, on both
+    paths; the domain's key index is listed again after it."""
+    credentials, log_file = tmp_path / "credentials", tmp_path / "h5mount.log"
+    key_a, key_b = f"KEYA{os.urandom(4).hex()}", f"KEYB{os.urandom(4).hex()}"
+    write_credentials(credentials, key_a)
+    with profile_mount(s3_bucket, proxy, tmp_path / "mp", credentials, log_file) as mp:
+        read_some(mp, mnt, GZIP)
+        before = proxy.requests()
+        write_credentials(credentials, key_b)
+        sighup(mp, log_file)
+        mark = len(proxy.requests())
+        read_some(mp, mnt, GZIP)
+        read_some(mp, mnt, GRID)
+        after = proxy.requests()[mark:]
+    assert {signing_key(seen) for seen in before} == {key_a}
+    assert {signing_key(seen) for seen in after} == {key_b}
+    for seen in (before, after):
+        assert any(by_aiobotocore(s) for s in seen) and not all(by_aiobotocore(s) for s in seen)
+    filters_keys = [p for p in _list_prefixes(proxy) if p.endswith("/d/")]
+    assert len(filters_keys) == 3 and len(set(filters_keys)) == 2  # filters.h5 twice
+    log = log_file.read_text()
+    assert f"AWS credentials reread (profile {PROFILE}): access key {key_b}" in log
+    assert " WARNING " not in log
+    assert f"secret-of-{key_a}" not in log and f"secret-of-{key_b}" not in log
+
+
+@pytest.mark.parametrize("change", ["removed", "profile gone", "not parsable"])
+def test_sighup_keeps_the_credentials_it_cannot_reread(change: str, s3_bucket, mnt, proxy,
+                                                       tmp_path) -> None:
+    """A credentials file that is gone, lost the profile or cannot be parsed at the
+    SIGHUP: the mount goes on with the old key, and one WARNING says why."""
+    credentials, log_file = tmp_path / "credentials", tmp_path / "h5mount.log"
+    key = f"KEYA{os.urandom(4).hex()}"
+    write_credentials(credentials, key)
+    with profile_mount(s3_bucket, proxy, tmp_path / "mp", credentials, log_file) as mp:
+        read_some(mp, mnt, GZIP)
+        if change == "removed":
+            credentials.unlink()
+        elif change == "profile gone":
+            write_credentials(credentials, "KEYOTHER", profile="someone-else")
+        else:
+            credentials.write_text("[h5reload\naws_access_key_id = KEYBROKEN\n")
+        sighup(mp, log_file)
+        mark = len(proxy.requests())
+        read_some(mp, mnt, GRID)
+        read_some(mp, mnt, GZIP)
+        after = proxy.requests()[mark:]
+        assert daemon_pids(mp)
+    assert after and {signing_key(seen) for seen in after} == {key}
+    warnings = [line for line in log_file.read_text().splitlines() if " WARNING " in line]
+    assert len(warnings) == 1, warnings
+    assert f"AWS credentials not reread, still signing with access key {key}" in warnings[0]
+    reason = {"removed": "could not be found", "profile gone": "could not be found",
+              "not parsable": "ConfigParseError"}[change]
+    assert reason in warnings[0]

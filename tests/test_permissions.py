@@ -24,6 +24,7 @@ FILE = "home/admin/layout.h5/edge_3d.json"
 
 pytestmark = [
     pytest.mark.mount,
+    pytest.mark.hsds,
     pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available())),
     pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None
                        or shutil.which("useradd") is None,

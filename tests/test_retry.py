@@ -8,6 +8,7 @@ import trio
 import trio.testing
 
 from mountd.errors import Changed, NotFound, StorageError
+from mountd.io.meter import StoreMeter
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
 
 
@@ -34,8 +35,11 @@ class Attempts:
 def test_transient_failures_are_retried() -> None:
     async def main() -> None:
         attempts = Attempts(Transient("503"), Transient("reset"))
-        assert await retrying("k", RetryPolicy(timeout=30), attempts) == b"ok"
+        meter = StoreMeter()
+        assert await retrying("k", RetryPolicy(timeout=30), attempts, meter) == b"ok"
         assert attempts.calls == 3
+        assert (meter.requests, meter.retries, meter.failures, meter.bytes) == (1, 2, 0, 2)
+        assert meter.latency.count == 1
     run_virtual(main)
 
 
@@ -43,9 +47,13 @@ def test_transient_failures_are_retried() -> None:
 def test_permanent_errors_pass_at_once(error: Exception) -> None:
     async def main() -> None:
         attempts = Attempts(error)
+        meter = StoreMeter()
         with pytest.raises(type(error)):
-            await retrying("k", RetryPolicy(), attempts)
+            await retrying("k", RetryPolicy(), attempts, meter)
         assert attempts.calls == 1
+        missing = isinstance(error, NotFound)
+        assert (meter.requests, meter.retries, meter.bytes) == (1, 0, 0)
+        assert (meter.not_found, meter.failures) == ((1, 0) if missing else (0, 1))
     run_virtual(main)
 
 
@@ -55,8 +63,9 @@ def test_budget_bounds_retries() -> None:
         attempts = Attempts(*[Transient("HTTP 500") for _ in range(1000)])
         started = trio.current_time()
         with pytest.raises(StorageError) as info:
-            await retrying("key", policy, attempts)
+            await retrying("key", policy, attempts, meter := StoreMeter())
         assert trio.current_time() - started <= policy.timeout
+        assert meter.retries == attempts.calls - 1 and meter.failures == 1
         assert info.value.key == "key"
         assert f"after {attempts.calls} attempts" in info.value.reason
         assert "HTTP 500" in info.value.reason
@@ -69,7 +78,7 @@ def test_budget_cuts_a_hung_attempt() -> None:
         attempts = Attempts(sleep=1000)
         started = trio.current_time()
         with pytest.raises(StorageError, match=r"timed out after 1 attempts .*timeout=5"):
-            await retrying("k", RetryPolicy(timeout=5), attempts)
+            await retrying("k", RetryPolicy(timeout=5), attempts, StoreMeter())
         assert trio.current_time() - started == pytest.approx(5)
     run_virtual(main)
 

@@ -93,6 +93,7 @@ def test_parse_url_and_store_url() -> None:
             parse_s3_url(bad)
 
 
+@pytest.mark.server
 def test_for_bucket_shares_the_client(proxy: FaultProxy) -> None:
     async def test(store: S3Store) -> None:
         assert store.url == f"s3://{BUCKET}/data"
@@ -104,6 +105,7 @@ def test_for_bucket_shares_the_client(proxy: FaultProxy) -> None:
     run(proxy, test)
 
 
+@pytest.mark.server
 def test_503_slowdown_then_success(proxy: FaultProxy) -> None:
     proxy.error(503, method="GET", path="/data/obj", times=2)
 
@@ -115,6 +117,7 @@ def test_503_slowdown_then_success(proxy: FaultProxy) -> None:
     assert [s.fault for s in seen] == ["error", "error", None]
 
 
+@pytest.mark.server
 def test_resets_then_success(proxy: FaultProxy) -> None:
     proxy.reset(method="GET", path="/data/obj", times=2)
 
@@ -124,6 +127,7 @@ def test_resets_then_success(proxy: FaultProxy) -> None:
     assert [s.fault for s in proxy.requests("GET", "/data/obj")] == ["reset", "reset", None]
 
 
+@pytest.mark.server
 def test_truncated_body_is_retried(proxy: FaultProxy) -> None:
     proxy.truncate(method="GET", path="/data/obj", times=1)
 
@@ -133,6 +137,7 @@ def test_truncated_body_is_retried(proxy: FaultProxy) -> None:
     assert [s.fault for s in proxy.requests("GET", "/data/obj")] == ["truncate", None]
 
 
+@pytest.mark.server
 def test_head_and_list_are_retried(proxy: FaultProxy) -> None:
     proxy.error(500, method="HEAD", times=1)
     proxy.error(503, path="list-type=2", times=1)
@@ -145,6 +150,7 @@ def test_head_and_list_are_retried(proxy: FaultProxy) -> None:
     assert proxy.count("GET", "list-type=2") == 2
 
 
+@pytest.mark.server
 def test_stall_is_detected_and_retried(proxy: FaultProxy) -> None:
     timeout = 6.0  # a stall is given up after timeout / 3
     proxy.stall(60, method="GET", path="/data/obj", times=1)
@@ -157,6 +163,7 @@ def test_stall_is_detected_and_retried(proxy: FaultProxy) -> None:
     assert [s.fault for s in proxy.requests("GET", "/data/obj")] == ["stall", None]
 
 
+@pytest.mark.server
 def test_slow_server_is_not_an_error(proxy: FaultProxy) -> None:
     proxy.latency(0.3, method="GET", path="/data/obj")
 
@@ -167,6 +174,7 @@ def test_slow_server_is_not_an_error(proxy: FaultProxy) -> None:
 
 
 @pytest.mark.parametrize("fault", ["500", "503", "reset", "stall"])
+@pytest.mark.server
 def test_permanent_fault_fails_within_the_timeout(proxy: FaultProxy, fault: str) -> None:
     if fault == "reset":
         proxy.reset(method="GET", path="/data/obj")
@@ -187,6 +195,7 @@ def test_permanent_fault_fails_within_the_timeout(proxy: FaultProxy, fault: str)
     run(proxy, test, timeout=SHORT)
 
 
+@pytest.mark.server
 def test_outer_cancel_is_not_swallowed(proxy: FaultProxy) -> None:
     proxy.stall(60, method="GET", path="/data/obj")
 
@@ -198,6 +207,7 @@ def test_outer_cancel_is_not_swallowed(proxy: FaultProxy) -> None:
     run(proxy, test)
 
 
+@pytest.mark.server
 def test_access_denied_is_clear_and_not_retried(proxy: FaultProxy) -> None:
     proxy.error(403, method="GET", path="/data/obj")
 
@@ -209,6 +219,7 @@ def test_access_denied_is_clear_and_not_retried(proxy: FaultProxy) -> None:
     assert proxy.count("GET", "/data/obj") == 1
 
 
+@pytest.mark.server
 def test_missing_bucket_is_clear_and_not_retried(proxy: FaultProxy) -> None:
     async def test(store: S3Store) -> None:
         with pytest.raises(StorageError, match="bucket 'no-such-bucket' does not exist"):
@@ -221,6 +232,7 @@ def test_missing_bucket_is_clear_and_not_retried(proxy: FaultProxy) -> None:
     assert proxy.count() == 3
 
 
+@pytest.mark.server
 def test_iter_dir_is_lazy(proxy: FaultProxy) -> None:
     pages = -(-LAZY // 10)
 
@@ -237,6 +249,7 @@ def test_iter_dir_is_lazy(proxy: FaultProxy) -> None:
     run(proxy, test, page_size=10)
 
 
+@pytest.mark.server
 def test_anonymous_requests_are_unsigned(proxy: FaultProxy) -> None:
     async def test(store: S3Store) -> None:
         assert await store.get("open") == b"public"
@@ -245,6 +258,7 @@ def test_anonymous_requests_are_unsigned(proxy: FaultProxy) -> None:
     assert seen and all("Authorization" not in s.headers for s in seen)
 
 
+@pytest.mark.server
 def test_profile_from_aws_files(proxy: FaultProxy, tmp_path: Path,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "config").write_text("[profile h5test]\nregion = eu-west-2\n")
@@ -268,6 +282,7 @@ def test_profile_from_aws_files(proxy: FaultProxy, tmp_path: Path,
         run(proxy, test, profile="no-such-profile")
 
 
+@pytest.mark.server
 def test_no_credentials_fails_before_mounting(proxy: FaultProxy,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
@@ -306,6 +321,7 @@ def test_sigv4_equals_botocore(token: str | None, method: str, url: str) -> None
     assert signer.sign(method, host, f"/{path}", now + 86_400) != ours  # next day's key
 
 
+@pytest.mark.server
 def test_hot_path_ranges_validators_and_errors(proxy: FaultProxy) -> None:
     async def test(store: S3Store) -> None:
         info = await store.head("obj")
@@ -334,6 +350,7 @@ def test_hot_path_ranges_validators_and_errors(proxy: FaultProxy) -> None:
     assert all(direct(proxy.requests("HEAD")))
 
 
+@pytest.mark.server
 def test_faults_on_the_hot_path(proxy: FaultProxy) -> None:
     proxy.error(503, method="GET", path="/data/obj", times=1)
     proxy.error(500, method="HEAD", path="/data/obj", times=1)
@@ -347,6 +364,7 @@ def test_faults_on_the_hot_path(proxy: FaultProxy) -> None:
     assert [s.fault for s in heads] == ["error", None] and all(direct(heads))
 
 
+@pytest.mark.server
 def test_redirect_moves_the_bucket_to_aiobotocore(proxy: FaultProxy) -> None:
     proxy.error(301, "PermanentRedirect", method="GET", path="/data/obj", times=1)
 
@@ -359,6 +377,7 @@ def test_redirect_moves_the_bucket_to_aiobotocore(proxy: FaultProxy) -> None:
     assert direct(proxy.requests("GET", "/linked/obj")) == [True]
 
 
+@pytest.mark.server
 def test_anonymous_hot_path(proxy: FaultProxy) -> None:
     async def test(store: S3Store) -> None:
         assert await store.get("open", ByteRange(1, 3)) == b"ubl"
@@ -389,6 +408,7 @@ def test_credentials_snapshot_is_reread(monkeypatch: pytest.MonkeyPatch) -> None
     trio.run(main)
 
 
+@pytest.mark.server
 def test_moto_verifies_the_signatures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A moto server with authentication on: a signature it does not recompute is refused."""
     with MotoServer() as server, aws_environment(server, tmp_path):

@@ -214,7 +214,9 @@ def aws_env(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield
 
 
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=() if name == "local" else pytest.mark.server)
+    for name in sorted(BACKENDS)])
 def backend(request: pytest.FixtureRequest,
             tmp_path_factory: pytest.TempPathFactory) -> Backend:
     return BACKENDS[request.param](request, tmp_path_factory.mktemp(request.param))

@@ -392,6 +392,7 @@ async def kernel_readdir(listing: StreamListing, start: int, rng: np.random.Gene
         assert listing.kept <= listing.window
 
 
+@pytest.mark.slow
 def test_dataset_listing_streams_200k_chunks() -> None:
     async def main() -> None:
         ds = generated_dataset("d-big", (500, 400), (1, 1))

@@ -41,8 +41,8 @@ from tests.h5compare import (
 )
 from tests.mounting import fuse_available, mounted
 
-pytestmark = pytest.mark.skipif(fuse_available() is not None,
-                                reason=f"no FUSE: {fuse_available()}")
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.skipif(fuse_available() is not None,
+                                                 reason=f"no FUSE: {fuse_available()}")]
 
 #: Link names a Zarr view generates; a real link of such a name wins (MOUNT-SPEC "Names").
 ZARR_NAMES = frozenset({".zgroup", ".zattrs", ".zarray"})

@@ -3,7 +3,16 @@
 Owns the bytes of remote objects cut into blocks of ``block_size`` bytes,
 keyed by (store URL, object key, block index), in a memory LRU under a byte
 budget, with an optional ``DiskCache`` below it; one ``BlockCache`` serves
-any number of stores, as the store URL is part of every key.
+any number of stores, as the store URL is part of every key. This module
+owns etag validation, claims and single flight, whole-object reads and the
+running of readahead; three parts are modules of their own:
+
+- ``mountd.io.blocktable``: the LRU of blocks under the budget and the
+  object table (``BlockTable``), pure and synchronous;
+- ``mountd.io.readahead``: the per-object readahead windows (``Windows``)
+  and which blocks a readahead fetches (``prefetch_plan``);
+- ``mountd.io.writebehind``: the queue of blocks written behind to the disk
+  cache (``WriteBehind``), at most ``WRITE_BEHIND`` bytes.
 
 Design, mountpoint-s3 style:
 
@@ -36,35 +45,45 @@ Design, mountpoint-s3 style:
   read returns, where a copied block is returned as is when a read wants all
   of it. A single-block response is kept as is, without a copy.
 - Readahead: each object has a ``ReadaheadWindow`` (the shared sequential-read
-  rule; one per object because the ``Store`` protocol carries no reader
-  identity, so interleaved readers of one object reset each other's window).
-  A sequential ranged read claims the missing blocks after it and fetches
-  them in the ``nursery`` set by the owner of background work, in requests of
-  at most ``prefetch_request`` bytes, with at most ``prefetch_limit`` under
-  way; no nursery means no readahead. Prefetches never raise: a failed one
-  lets go of its blocks, and a reader waiting on them fetches them itself.
+  rule, kept in ``readahead.Windows`` for the ``WINDOWS`` objects read last;
+  one per object because the ``Store`` protocol carries no reader identity,
+  so interleaved readers of one object reset each other's window). A
+  sequential ranged read claims the missing blocks after it
+  (``readahead.prefetch_plan``) and fetches them in the ``nursery`` set by
+  the owner of background work, in requests of at most ``prefetch_request``
+  bytes, with at most ``prefetch_limit`` under way; no nursery means no
+  readahead. Prefetches never raise: a failed one lets go of its blocks, and
+  a reader waiting on them fetches them itself.
 - Fetched blocks are written behind to the disk cache in the same nursery
-  (inline without one), at most ``WRITE_BEHIND`` bytes queued.
+  (inline without one), at most ``WRITE_BEHIND`` bytes queued
+  (``writebehind.WriteBehind``).
+- At most ``IDLE_OBJECTS`` objects without blocks in memory are remembered
+  (``blocktable``); pending fetches, heads and whole reads are only those
+  under way.
 
 Counters are in ``stats`` (``CacheStats``): ``hits`` and ``misses`` count the
 blocks reads wanted (a block already on its way is a hit); ``disk_hits`` the
 misses the disk served; ``requests`` every fetch sent to storage, of which
-``prefetches`` were readahead; ``bytes_fetched``; ``heads``; and
-``invalidations``, objects dropped because their etag changed.
+``prefetches`` were readahead; ``bytes_fetched``; ``heads``;
+``invalidations``, objects dropped because their etag changed; and
+``evictions``, blocks dropped from memory for room.
 
-Concurrency: one fetch per block. All state (objects, LRU, pending fetches,
-windows, counters) lives in the trio thread and changes only in sections
-with no ``await``, which is what makes them atomic; adding an ``await`` to
-one of them breaks this. These sections are: the claim loop in ``_gather``
-(look in memory, then among pending fetches, else insert a ``_Pending``),
-the whole of ``_prefetch`` (find and claim the blocks, start the tasks),
-everything after a fetch returns up to the settling of its pending blocks
-(``_accept``, ``_put``, ``_settle``), applying a ``head`` (``_validate``),
-and ``_forget``/``_invalidate``/eviction. Whoever claims a block must settle
-it, with data, an error, or neither (given up, when cancelled or when a
-prefetch fails): ``_load`` settles every claim in a ``finally``. Waiters
-never fetch a claimed block; they see its data or error, and claim it again
-if it was given up. Heads and whole reads of unknown objects are
+Concurrency: one fetch per block. All state (the block table, pending
+fetches, windows, the write-behind queue, counters) lives in the trio thread
+and changes only in sections with no ``await``, which is what makes them
+atomic; adding an ``await`` to one of them breaks this. These sections are:
+the claim loop in ``_gather`` (look in memory, then among pending fetches,
+else insert a ``_Pending``), the whole of ``_prefetch`` (plan and claim the
+blocks, start the tasks), everything after a fetch returns up to the
+settling of its pending blocks (``_accept``, ``_put``, ``_settle``), applying
+a ``head`` (``_validate``), and ``_forget``/``_invalidate``. The
+``BlockTable`` and ``Windows`` calls these sections make (eviction included)
+are synchronous, atomic by construction; ``WriteBehind.spill`` keeps its own
+no-await section (see ``mountd.io.writebehind``). Whoever claims a block
+must settle it, with data, an error, or neither (given up, when cancelled or
+when a prefetch fails): ``_load`` settles every claim in a ``finally``.
+Waiters never fetch a claimed block; they see its data or error, and claim
+it again if it was given up. Heads and whole reads of unknown objects are
 single-flight the same way, keyed by object. The disk cache does its I/O in
 its own worker threads.
 """
@@ -72,17 +91,19 @@ its own worker threads.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
 
 from layouts.storage import ByteRange, Fetched, ObjectInfo, Store
 from mountd.errors import Changed, NotFound, StorageError
+from mountd.io.blocktable import BlockKey, BlockTable, ObjectEntry, ObjKey, runs
 from mountd.io.diskcache import DiskCache
-from mountd.io.readahead import CAP, START, ReadaheadWindow
+from mountd.io.readahead import CAP, START, Windows, prefetch_plan
+from mountd.io.writebehind import WriteBehind
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +113,6 @@ BLOCK_SIZE = 1 << 20
 PREFETCH_REQUEST = 8 << 20
 #: Prefetch requests under way at most (8 x 8 MiB covers the largest window).
 PREFETCH_LIMIT = 8
-#: Objects without blocks in memory whose info is still remembered.
-IDLE_OBJECTS = 10_000
-#: Objects whose readahead window is remembered.
-WINDOWS = 1024
-#: Bytes queued for the disk cache at most; more are not written.
-WRITE_BEHIND = 64 << 20
-
-ObjKey = tuple[str, str]
-BlockKey = tuple[str, str, int]
 
 
 @dataclass(slots=True)
@@ -115,13 +127,7 @@ class CacheStats:
     bytes_fetched: int = 0
     heads: int = 0
     invalidations: int = 0
-
-
-@dataclass(slots=True)
-class _Object:
-    info: ObjectInfo
-    validated: float
-    blocks: set[int] = field(default_factory=set)
+    evictions: int = 0
 
 
 @dataclass(slots=True)
@@ -134,18 +140,6 @@ class _Pending:
     error: BaseException | None = None
 
 
-def _runs(indices: Iterable[int], most: int) -> Iterator[list[int]]:
-    """Sorted ``indices`` as runs of consecutive numbers, each at most ``most`` long."""
-    run: list[int] = []
-    for i in sorted(indices):
-        if run and (i != run[-1] + 1 or len(run) == most):
-            yield run
-            run = []
-        run.append(i)
-    if run:
-        yield run
-
-
 class BlockCache:
     """Blocks of remote objects in memory, at most ``budget`` bytes, over an optional disk cache."""
 
@@ -155,27 +149,55 @@ class BlockCache:
                  readahead_start: int = START, readahead_cap: int = CAP,
                  clock: Callable[[], float] = time.monotonic,
                  nursery: trio.Nursery | None = None) -> None:
-        self.budget = budget
         self.disk = disk
         self.validate_ttl = validate_ttl
         self.block_size = block_size
         self.prefetch_request = max(prefetch_request, block_size)
         self.prefetch_limit = prefetch_limit
-        self.readahead_start = readahead_start
-        self.readahead_cap = readahead_cap
         self.nursery = nursery
         self.stats = CacheStats()
-        self.used = 0
         self._clock = clock
-        self._mem: OrderedDict[BlockKey, bytes] = OrderedDict()
-        self._objects: dict[ObjKey, _Object] = {}
-        self._idle: OrderedDict[ObjKey, None] = OrderedDict()
+        #: Validations made at or before this time are out of date (``expire``).
+        self._expired = -math.inf
+        self._table = BlockTable(budget)
+        self._windows = Windows(readahead_start, readahead_cap)
+        self._writer = None if disk is None else WriteBehind(disk)
         self._pending: dict[BlockKey, _Pending] = {}
         self._heads: dict[ObjKey, _Pending] = {}
         self._whole: dict[BlockKey, _Pending] = {}
-        self._windows: OrderedDict[ObjKey, ReadaheadWindow] = OrderedDict()
         self._prefetching = 0
-        self._spilling = 0
+
+    @property
+    def budget(self) -> int:
+        """Bytes of blocks kept in memory at most."""
+        return self._table.budget
+
+    @budget.setter
+    def budget(self, budget: int) -> None:
+        self._table.budget = budget
+
+    @property
+    def used(self) -> int:
+        """Bytes of blocks in memory."""
+        return self._table.used
+
+    @property
+    def readahead_start(self) -> int:
+        """The first readahead window of an object, in bytes."""
+        return self._windows.start
+
+    @readahead_start.setter
+    def readahead_start(self, start: int) -> None:
+        self._windows.start = start
+
+    @property
+    def readahead_cap(self) -> int:
+        """The largest readahead window of an object, in bytes."""
+        return self._windows.cap
+
+    @readahead_cap.setter
+    def readahead_cap(self, cap: int) -> None:
+        self._windows.cap = cap
 
     # -- reading -----------------------------------------------------------------------
 
@@ -190,7 +212,7 @@ class BlockCache:
 
     async def info(self, store: Store, key: str) -> ObjectInfo:
         """The object's info: as remembered if validated within the TTL, else from a ``head``."""
-        obj = self._objects.get((store.url, key))
+        obj = self._table.object((store.url, key))
         if obj is not None and self._is_fresh(obj):
             return obj.info
         return await self._validate(store, key)
@@ -246,7 +268,7 @@ class BlockCache:
         seen = snapshot
         while len(parts) < len(want):
             # No await from here ...
-            obj = self._objects.get((url, key))
+            obj = self._table.object((url, key))
             if obj is not None and seen is not None and obj.info.etag != seen.etag:
                 raise Changed(key, "changed while being read")
             claimed: dict[int, _Pending] = {}
@@ -255,9 +277,8 @@ class BlockCache:
                 if i in parts:
                     continue
                 bk = (url, key, i)
-                data = self._mem.get(bk)
+                data = self._table.hit(bk)
                 if data is not None and obj is not None:
-                    self._mem.move_to_end(bk)
                     parts[i] = data
                     seen = obj.info
                     self.stats.hits += 1
@@ -326,7 +347,7 @@ class BlockCache:
         ok = (store.url, key)
         try:
             remaining = dict(claimed)
-            obj = self._objects.get(ok)
+            obj = self._table.object(ok)
             # ``info`` was validated by ``_fresh`` for this read (or the one that prefetches).
             if (self.disk is not None and info is not None and obj is not None
                     and obj.info.etag == info.etag):
@@ -336,18 +357,18 @@ class BlockCache:
                         continue
                     if not prefetch:
                         self.stats.disk_hits += 1
-                    obj = self._objects.get(ok)
+                    obj = self._table.object(ok)
                     if obj is not None and obj.info.etag == info.etag:
                         self._put(ok, i, data)
                     self._settle((*ok, i), pending, data, info)
                     del remaining[i]
-            runs = [{i: claimed[i] for i in run}
-                    for run in _runs(remaining, len(remaining) or 1)]
-            if len(runs) == 1:
-                await self._fetch_run(store, key, info, runs[0], prefetch)
-            elif runs:
+            groups = [{i: claimed[i] for i in run}
+                      for run in runs(remaining, len(remaining) or 1)]
+            if len(groups) == 1:
+                await self._fetch_run(store, key, info, groups[0], prefetch)
+            elif groups:
                 async with trio.open_nursery() as nursery:
-                    for run in runs:
+                    for run in groups:
                         nursery.start_soon(self._fetch_run, store, key, info, run, prefetch)
         finally:
             for i, pending in claimed.items():
@@ -401,15 +422,21 @@ class BlockCache:
 
     # -- validation ----------------------------------------------------------------------
 
-    def _is_fresh(self, obj: _Object) -> bool:
-        return self._clock() - obj.validated < self.validate_ttl
+    def expire(self) -> None:
+        """Treat every validation made so far as out of date (SIGHUP): the next read
+        that would serve an object's cached blocks validates it first. A ``head``
+        under way now counts as made after this call."""
+        self._expired = self._clock()
+
+    def _is_fresh(self, obj: ObjectEntry) -> bool:
+        return obj.validated > self._expired and self._clock() - obj.validated < self.validate_ttl
 
     async def _fresh(self, store: Store, key: str, start: int,
-                     length: int | None) -> _Object | None:
+                     length: int | None) -> ObjectEntry | None:
         """The object as known; first a ``head`` if it is stale and the read would use cached
         blocks."""
         ok = (store.url, key)
-        obj = self._objects.get(ok)
+        obj = self._table.object(ok)
         if obj is not None and self._is_fresh(obj):
             return obj
         bs = self.block_size
@@ -428,7 +455,7 @@ class BlockCache:
             await self.disk.load()
             if self.disk.has_any(store.url, key, blocks):
                 await self._validate(store, key)
-        return self._objects.get(ok)
+        return self._table.object(ok)
 
     async def _validate(self, store: Store, key: str) -> ObjectInfo:
         """One ``head`` for the object, shared by everyone asking meanwhile; drops it if changed."""
@@ -457,7 +484,7 @@ class BlockCache:
 
     def _accept(self, ok: ObjKey, etag: str | None, info: ObjectInfo) -> bool:
         """Record what a fetch made with ``if_match=etag`` said; whether to keep its blocks."""
-        obj = self._objects.get(ok)
+        obj = self._table.object(ok)
         if etag is not None:
             if obj is None or obj.info.etag != etag:
                 return False  # the object moved on while this was fetched
@@ -468,64 +495,30 @@ class BlockCache:
 
     def _record(self, ok: ObjKey, info: ObjectInfo) -> None:
         """Take ``info`` as the object's state now: blocks of another etag are dropped."""
-        obj = self._objects.get(ok)
+        obj = self._table.object(ok)
         if obj is not None and obj.info.etag != info.etag:
             self._invalidate(ok, obj.info.etag)
             obj = None
         if obj is None:
-            self._remember(ok, info)
+            self._table.remember(ok, info, self._clock())
         else:
             obj.info, obj.validated = info, self._clock()
 
-    def _remember(self, ok: ObjKey, info: ObjectInfo) -> None:
-        self._objects[ok] = _Object(info, self._clock())
-        self._make_idle(ok)
-
     def _invalidate(self, ok: ObjKey, etag: str) -> None:
         """Drop the object if it is still known with ``etag``."""
-        obj = self._objects.get(ok)
-        if obj is not None and obj.info.etag == etag:
+        if self._table.invalidate(ok, etag):
             log.debug("%s%s changed (was etag %s); dropping its blocks", *ok, etag)
             self.stats.invalidations += 1
-            self._forget(ok)
-
-    def _forget(self, ok: ObjKey) -> None:
-        obj = self._objects.pop(ok, None)
-        if obj is None:
-            return
-        self._idle.pop(ok, None)
-        for i in obj.blocks:
-            self.used -= len(self._mem.pop((*ok, i)))
 
     # -- memory --------------------------------------------------------------------------
 
+    def _forget(self, ok: ObjKey) -> None:
+        """Drop the object and its blocks."""
+        self._table.forget(ok)
+
     def _put(self, ok: ObjKey, index: int, data: bytes) -> None:
         """Keep one block of a known object, evicting the least recently used ones."""
-        if len(data) > self.budget:
-            return
-        bk = (*ok, index)
-        old = self._mem.pop(bk, None)
-        if old is not None:
-            self.used -= len(old)
-        self._mem[bk] = data
-        self.used += len(data)
-        obj = self._objects[ok]
-        if not obj.blocks:
-            self._idle.pop(ok, None)
-        obj.blocks.add(index)
-        while self.used > self.budget:
-            (url, key, i), old = self._mem.popitem(last=False)
-            self.used -= len(old)
-            owner = self._objects[url, key]
-            owner.blocks.discard(i)
-            if not owner.blocks:
-                self._make_idle((url, key))
-
-    def _make_idle(self, ok: ObjKey) -> None:
-        self._idle[ok] = None
-        while len(self._idle) > IDLE_OBJECTS:
-            gone, _ = self._idle.popitem(last=False)
-            del self._objects[gone]
+        self.stats.evictions += self._table.put(ok, index, data)
 
     # -- readahead -----------------------------------------------------------------------
 
@@ -533,12 +526,7 @@ class BlockCache:
         """Bytes to read ahead of this read (0 for whole reads and for a first or jumping read)."""
         if byte_range is None or byte_range.length is None:
             return 0
-        window = self._windows.pop(ok, None) or ReadaheadWindow(self.readahead_start,
-                                                                 self.readahead_cap)
-        self._windows[ok] = window
-        if len(self._windows) > WINDOWS:
-            self._windows.popitem(last=False)
-        return window.observe(byte_range.start, byte_range.length)
+        return self._windows.observe(ok, byte_range.start, byte_range.length)
 
     def _prefetch(self, store: Store, key: str, info: ObjectInfo, start: int, ahead: int) -> None:
         """Claim the missing blocks of ``start .. start+ahead`` and fetch them in the nursery."""
@@ -547,11 +535,11 @@ class BlockCache:
         end = min(start + ahead, info.size)
         if end <= start:
             return
-        url, bs = store.url, self.block_size
-        # From the first block wholly after the read: the one holding ``start`` is the read's.
-        missing = [i for i in range(-(-start // bs), (end - 1) // bs + 1)
-                   if (url, key, i) not in self._mem and (url, key, i) not in self._pending]
-        for run in _runs(missing, self.prefetch_request // bs):
+        url = store.url
+        plan = prefetch_plan(start, end, self.block_size, self.prefetch_request,
+                             lambda i: (url, key, i) in self._table
+                             or (url, key, i) in self._pending)
+        for run in plan:
             if self._prefetching >= self.prefetch_limit:
                 return
             claimed = {i: _Pending() for i in run}
@@ -576,29 +564,6 @@ class BlockCache:
     # -- disk ----------------------------------------------------------------------------
 
     async def _spill(self, url: str, key: str, etag: str, blocks: list[tuple[int, bytes]]) -> None:
-        """Write fetched blocks to the disk cache: behind, in the nursery (as many as the queue
-        takes), or inline without one."""
-        if self.disk is None or not blocks:
-            return
-        if self.nursery is None:
-            await self._write(url, key, etag, blocks, 0)
-            return
-        size, taken = 0, 0
-        while taken < len(blocks) and self._spilling + size + len(blocks[taken][1]) <= WRITE_BEHIND:
-            size += len(blocks[taken][1])
-            taken += 1
-        if taken < len(blocks):
-            log.debug("disk cache busy: not keeping %d blocks of %s%s", len(blocks) - taken,
-                      url, key)
-        if taken:
-            self._spilling += size
-            self.nursery.start_soon(self._write, url, key, etag, blocks[:taken], size)
-
-    async def _write(self, url: str, key: str, etag: str, blocks: list[tuple[int, bytes]],
-                     queued: int) -> None:
-        assert self.disk is not None
-        try:
-            for i, block in blocks:
-                await self.disk.put(url, key, etag, i, block)
-        finally:
-            self._spilling -= queued
+        """Write fetched blocks to the disk cache, if there is one (``WriteBehind.spill``)."""
+        if self._writer is not None:
+            await self._writer.spill(self.nursery, url, key, etag, blocks)

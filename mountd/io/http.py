@@ -70,6 +70,7 @@ import trio
 import mountd
 from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
 from mountd.errors import Changed, MountError, NotFound, StorageError
+from mountd.io.meter import STORES
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
 
 log = logging.getLogger(__name__)
@@ -317,7 +318,7 @@ class HttpStore:
                 raise StorageError(url, f"{type(exc).__name__}: {exc}") from exc
 
         async with self._limiter:
-            return await retrying(url, self._policy, attempt)
+            return await retrying(url, self._policy, attempt, STORES["http"])
 
 
 def _headers(byte_range: ByteRange | None, if_match: str | None) -> dict[str, str]:

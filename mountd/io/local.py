@@ -5,7 +5,9 @@ read, stat, scandir) runs in ``trio.to_thread.run_sync`` under that limiter,
 so a slow disk never stalls the trio loop. The calls only read, so a
 cancelled call is abandoned rather than waited for: a hung disk cannot block
 an unmount. Keys are checked so that none
-escapes the root (no ``..``, no absolute paths).
+escapes the root (no ``..``, no absolute paths). Every call is counted in
+the process's ``local`` storage meter (``mountd.io.meter``), on the trio
+thread.
 
 Only regular files are read, as a bucket may be hostile: a FIFO would block
 the open and a device (a symlink to ``/dev/zero``) would never end, so both
@@ -27,6 +29,7 @@ import trio
 
 from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, too_large
 from mountd.errors import Changed, MountError, NotFound, StorageError
+from mountd.io.meter import STORES
 
 if TYPE_CHECKING:
     from os import _ScandirIterator
@@ -88,6 +91,24 @@ class LocalStore:
         return os.path.join(self._root, *[p for p in parts if p])
 
     async def _run(self, key: str, fn: Callable[[], T]) -> T:
+        """``fn()`` in a worker thread, its OS errors mapped, counted in ``STORES["local"]``."""
+        meter = STORES["local"]
+        meter.requests += 1
+        start = trio.current_time()
+        try:
+            result = await self._mapped(key, fn)
+        except NotFound:
+            meter.not_found += 1
+            raise
+        except MountError:
+            meter.failures += 1
+            raise
+        finally:
+            meter.latency.add(trio.current_time() - start)
+        meter.returned(result)
+        return result
+
+    async def _mapped(self, key: str, fn: Callable[[], T]) -> T:
         try:
             return await trio.to_thread.run_sync(fn, limiter=self._limiter,
                                                  abandon_on_cancel=True)
@@ -155,8 +176,22 @@ class LocalStore:
                     out.append(StorageError(key, os.strerror(exc.errno or errno.EIO)))
             return out
 
-        return await trio.to_thread.run_sync(read_all, limiter=self._limiter,
-                                             abandon_on_cancel=True)
+        meter = STORES["local"]
+        meter.requests += len(keys)
+        start = trio.current_time()
+        try:
+            results = await trio.to_thread.run_sync(read_all, limiter=self._limiter,
+                                                    abandon_on_cancel=True)
+        finally:
+            meter.latency.add(trio.current_time() - start)
+        for result in results:
+            if isinstance(result, NotFound):
+                meter.not_found += 1
+            elif isinstance(result, MountError):
+                meter.failures += 1
+            else:
+                meter.returned(result)
+        return results
 
     async def fetch(self, key: str, byte_range: ByteRange | None = None,
                     if_match: str | None = None) -> Fetched:

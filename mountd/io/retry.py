@@ -1,6 +1,6 @@
 """Retrying remote storage calls within a time budget, and what is worth retrying.
 
-Owns the retry rule shared by every remote store (S3 now, plain HTTP next):
+Owns the retry rule shared by every remote store (S3 and plain HTTP):
 
 - One store operation (a GET, a HEAD, one listing page) gets ``timeout``
   seconds in all, retries included, enforced by one trio deadline around the
@@ -38,7 +38,8 @@ from typing import TypeVar
 import httpx
 import trio
 
-from mountd.errors import StorageError
+from mountd.errors import MountError, NotFound, StorageError
+from mountd.io.meter import StoreMeter
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +95,32 @@ def transient_error(exc: BaseException) -> str | None:
     return None
 
 
-async def retrying(key: str, policy: RetryPolicy,
-                   attempt: Callable[[], Awaitable[T]]) -> T:
+async def retrying(key: str, policy: RetryPolicy, attempt: Callable[[], Awaitable[T]],
+                   meter: StoreMeter) -> T:
     """``await attempt()`` until it returns, retrying ``Transient`` within the budget.
 
     Anything but ``Transient`` propagates from the first attempt that raises it.
+    The operation is counted in ``meter``: once, with its retries, its outcome,
+    the bytes of data it returned and its time.
     """
     start = trio.current_time()
+    meter.requests += 1
+    try:
+        result = await _retry(key, policy, attempt, meter, start)
+    except NotFound:
+        meter.not_found += 1
+        raise
+    except MountError:
+        meter.failures += 1
+        raise
+    finally:
+        meter.latency.add(trio.current_time() - start)
+    meter.returned(result)
+    return result
+
+
+async def _retry(key: str, policy: RetryPolicy, attempt: Callable[[], Awaitable[T]],
+                 meter: StoreMeter, start: float) -> T:
     deadline = start + policy.timeout
     attempts = 0
     last = "no answer in time"
@@ -116,6 +136,7 @@ async def retrying(key: str, policy: RetryPolicy,
                 break
             log.debug("%s: attempt %d failed (%s); retrying in %.2f s",
                       key, attempts, last, delay)
+            meter.retries += 1
             await trio.sleep(delay)
         elapsed = trio.current_time() - start
         raise StorageError(key, f"failed after {attempts} attempts in {elapsed:.1f} s: {last}")

@@ -29,6 +29,13 @@ Two paths:
 
 Credentials come from the usual AWS chain (environment, ``profile``, the
 config and credentials files, ...), unless ``anon`` sends unsigned requests.
+``S3Connection.reread_credentials`` (the daemon's SIGHUP) runs the chain
+again in a new session, as botocore reads the config and credentials files
+once per session: both paths sign with what it finds from their next request
+on (aiobotocore's client by its request signer's credentials, the one private
+attribute this module sets). If it finds nothing usable, the old credentials
+stay and one WARNING says why. Only the credentials are read again: the
+region, endpoint and bucket routes stay as they were found at the start.
 The region is ``region``, else the chain's, else us-east-1. An explicit
 ``endpoint_url`` (an S3-compatible store) switches to path-style addressing.
 
@@ -56,10 +63,14 @@ Concurrency: stores hold no per-call state; any number of trio tasks may use
 one store, or several stores of one connection, at once. The connection's
 per-bucket routes and credential snapshot are replaced whole without an
 ``await`` in between, and only one task at a time re-reads the credentials
-(the others sign with the snapshot they have, which is still valid). On the
-hot path one ``trio.CapacityLimiter(max_connections)`` per connection bounds
-the requests in flight and the httpx pool is as big, so a request never waits
-for a connection; time spent waiting for the limiter is not part of an
+(the others sign with the snapshot they have, which is still valid). A
+SIGHUP's new credentials replace the snapshot, its source and the client's
+in one section without an ``await``, so a request is signed with the old
+credentials or the new, never a mix; a periodic re-read of the old source
+that ends after it is discarded. On the hot path one
+``trio.CapacityLimiter(max_connections)`` per connection bounds the requests
+in flight and the httpx pool is as big, so a request never waits for a
+connection; time spent waiting for the limiter is not part of an
 operation's budget. Listings use aiobotocore's own pool of the same size.
 """
 
@@ -98,6 +109,7 @@ from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
 from mountd import logsafe
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
 from mountd.io.http import USER_AGENT, http_mtime, read_bigger, tls_failure
+from mountd.io.meter import STORES
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
 from mountd.io.sigv4 import SigV4Signer
 
@@ -190,10 +202,10 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
                 "s3", region_name=region, endpoint_url=options.endpoint_url, config=config))
             credentials = None
             if not options.anon:
-                source = await session.get_credentials()
-                if source is None:
+                found = await _read_credentials(session)
+                if found is None:
                     raise SourceError(f"no AWS credentials found: {_NO_CREDENTIALS}")
-                credentials = _Credentials(source, await source.get_frozen_credentials())
+                credentials = _Credentials(*found)
                 credentials.keep_out_of_logs()
         except BotoCoreError as exc:
             raise SourceError(f"cannot set up the S3 client: {exc}") from exc
@@ -209,9 +221,19 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
         yield S3Connection(client, options, policy, http, credentials)
 
 
+async def _read_credentials(session: AioSession) -> tuple[Any, ReadOnlyCredentials] | None:
+    """The credentials ``session``'s chain finds and a frozen snapshot of them; None if
+    it finds none. Raises what the chain raises (``BotoCoreError`` and others)."""
+    source = await session.get_credentials()
+    if source is None:
+        return None
+    return source, await source.get_frozen_credentials()
+
+
 class _Credentials:
     """aiobotocore's credentials as a frozen snapshot, re-read every ``CREDENTIALS_TTL``
-    seconds, and one signer per region over that snapshot."""
+    seconds, and one signer per region over that snapshot; ``replace`` swaps in other
+    credentials (SIGHUP)."""
 
     def __init__(self, source: Any, snapshot: ReadOnlyCredentials) -> None:
         self._source = source
@@ -229,13 +251,33 @@ class _Credentials:
             signer = self._signers[region] = SigV4Signer(access_key, secret_key, token, region)
         return signer
 
+    @property
+    def source(self) -> Any:
+        """aiobotocore's credentials object the snapshot is taken from."""
+        return self._source
+
+    @property
+    def access_key(self) -> str:
+        """The access key id requests are signed with now (not a secret)."""
+        return str(self._snapshot.access_key)
+
+    def replace(self, source: Any, snapshot: ReadOnlyCredentials) -> None:
+        """Sign with ``snapshot`` from now on, and take the periodic snapshots from
+        ``source``. No await: a request signs with the old or the new."""
+        self._source, self._snapshot, self._signers = source, snapshot, {}
+        self._fresh_until = trio.current_time() + CREDENTIALS_TTL
+        self.keep_out_of_logs()
+
     async def _refresh(self) -> None:
         """Ask aiobotocore for the credentials again (it refreshes them if they are due)."""
+        source = self._source
         self._refreshing = True
         try:
-            snapshot = await self._source.get_frozen_credentials()
+            snapshot = await source.get_frozen_credentials()
         finally:
             self._refreshing = False
+        if source is not self._source:  # replaced meanwhile: the new ones stand
+            return
         self._fresh_until = trio.current_time() + CREDENTIALS_TTL
         if snapshot != self._snapshot:
             self._snapshot, self._signers = snapshot, {}
@@ -278,6 +320,36 @@ class S3Connection:
 
     def store(self, bucket: str, prefix: str = "") -> S3Store:
         return S3Store(self, bucket, prefix)
+
+    async def reread_credentials(self) -> None:
+        """Run the credential chain again in a new session (the daemon's SIGHUP), so
+        changed credentials or config files, or a changed profile in them, are read;
+        sign with what it finds from the next request on. If it finds nothing usable
+        (file gone, no credentials, unknown profile, no answer within ``timeout``),
+        keep the old ones and log one WARNING. Nothing to do for ``anon``."""
+        credentials = self._credentials
+        if credentials is None:
+            return
+        found = None
+        try:
+            with trio.fail_after(self.policy.timeout):
+                found = await _read_credentials(AioSession(profile=self.options.profile))
+            reason = "no credentials found"
+        except trio.TooSlowError:
+            reason = f"no answer within {self.policy.timeout:g} s"
+        except Exception as exc:  # whatever a provider raises, the old credentials stay
+            reason = f"{type(exc).__name__}: {exc}"
+        if found is None:
+            log.warning("AWS credentials not reread, still signing with access key %s: %s",
+                        credentials.access_key, reason)
+            return
+        old = credentials.access_key
+        # No await from here on: each request signs with the old credentials or the new.
+        credentials.replace(*found)
+        self.client._request_signer._credentials = credentials.source
+        log.info("AWS credentials reread (profile %s): access key %s%s",
+                 self.options.profile or "default", credentials.access_key,
+                 "" if credentials.access_key != old else ", unchanged")
 
     def store_for_url(self, url: str) -> S3Store:
         """The store for ``s3://BUCKET[/PREFIX]``."""
@@ -554,7 +626,7 @@ class S3Store:
                 raise StorageError(key, f"{type(exc).__name__}: {exc}") from exc
 
         async with self._limiter:
-            return await retrying(key, self._policy, attempt)
+            return await retrying(key, self._policy, attempt, STORES["s3"])
 
     def _http_error(self, key: str, response: httpx.Response, body: bytes) -> Exception:
         """What a hot-path answer other than 2xx and 416 means; ``body`` is its body

@@ -73,7 +73,7 @@ class Tree:
         self.ttl = ttl
         self.places = Places(catalog)
         self.links = Links(catalog, self.obj)
-        self.refs = RefIndex(self.obj, ttl)
+        self.refs = RefIndex(self.obj, self.epoch)
         self.preload = Preloader(self.obj, self.chunk_cache)
         self.view_sizes = ViewSizes(self.memo, self.all_fresh)
         self._cached = catalog if isinstance(catalog, CachedCatalog) else None
@@ -163,7 +163,9 @@ class Tree:
         return self._refreshes, int(now // self.ttl) if self.ttl > 0 else now
 
     def refresh(self) -> None:
-        """Start a new period now (SIGHUP), as when ``metadata_ttl`` runs out."""
+        """Start a new period now (SIGHUP), as when ``metadata_ttl`` runs out: the
+        cached chunks, kept page caches and reference indexes (``refs``) of the
+        old one are no longer used."""
         self._refreshes += 1
 
     def keep_pages(self, key: Hashable) -> bool:
