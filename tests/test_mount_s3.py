@@ -14,6 +14,7 @@ credentials file gone at the SIGHUP leaves the old key in use with a warning.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import re
@@ -24,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import h5py
@@ -31,11 +33,12 @@ import numpy as np
 import pytest
 
 from layouts.hsds_ids import parse_id
+from mountd.control import REUSE
 from tests.faultproxy import FaultProxy, Seen
 from tests.h5compare import mount_file, walk_links
 from tests.mounting import daemon_pids, fuse_available, mounted
 
-pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.server, pytest.mark.server,
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.server,
               pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
 
 #: A dataset with a 3x2 grid of gzip chunks, all stored.
@@ -171,6 +174,26 @@ def test_transient_faults_are_retried(s3_bucket, mnt, proxy, tmp_path) -> None:
         assert (mp / f"{GZIP}.npy").read_bytes() == expected
         faults = [seen for seen in proxy.requests("GET", where) if seen.fault]
         assert len(faults) == 6
+        # The daemon's own figures (.h5mount/stats.json) agree with the proxy: every
+        # attempt it saw is one storage request or one retry of it, none failed.
+        figures = settled_stats(mp)
+        s3 = figures["storage"]["s3"]
+        assert s3["retries"] >= 6
+        assert s3["requests"] + s3["retries"] == proxy.count()
+        assert s3["failures"] == 0 and figures["errors"].get("EIO", 0) == 0
+
+
+def settled_stats(mp: Path) -> dict[str, Any]:
+    """``.h5mount/stats.json`` once two renderings a second apart show the same
+    storage requests (readahead under way has landed)."""
+    previous = None
+    for _ in range(20):
+        time.sleep(REUSE + 0.05)
+        doc: dict[str, Any] = json.loads((mp / ".h5mount" / "stats.json").read_bytes())
+        if previous is not None and doc["storage"] == previous["storage"]:
+            return doc
+        previous = doc
+    raise AssertionError("storage requests did not settle")
 
 
 def test_permanent_failure_gives_eio_within_timeout(s3_bucket, mnt, proxy, tmp_path) -> None:
