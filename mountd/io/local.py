@@ -29,7 +29,7 @@ import trio
 
 from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, too_large
 from mountd.errors import Changed, MountError, NotFound, StorageError
-from mountd.io.meter import STORES
+from mountd.io.meter import STORES, measured
 
 if TYPE_CHECKING:
     from os import _ScandirIterator
@@ -92,21 +92,7 @@ class LocalStore:
 
     async def _run(self, key: str, fn: Callable[[], T]) -> T:
         """``fn()`` in a worker thread, its OS errors mapped, counted in ``STORES["local"]``."""
-        meter = STORES["local"]
-        meter.requests += 1
-        start = trio.current_time()
-        try:
-            result = await self._mapped(key, fn)
-        except NotFound:
-            meter.not_found += 1
-            raise
-        except MountError:
-            meter.failures += 1
-            raise
-        finally:
-            meter.latency.add(trio.current_time() - start)
-        meter.returned(result)
-        return result
+        return await measured(STORES["local"], self._mapped(key, fn))
 
     async def _mapped(self, key: str, fn: Callable[[], T]) -> T:
         try:

@@ -10,6 +10,8 @@ Owns two small measuring tools and the process-wide meters of storage:
 - ``StoreMeter``: the requests sent to one kind of storage (an S3 GET, HEAD
   or listing page, an HTTP request, a local file read), the bytes of object
   data they returned, the retries and the failures, and their latencies.
+- ``measured``: one store operation awaited and counted in a meter (the
+  retry loop of remote stores and the local store use it).
 - ``STORES``: one meter per kind of storage (``local``, ``s3``, ``http``).
   They are process-wide, because a daemon serves one mount and every store
   of a kind feeds the same figures; the set of kinds is fixed, so they never
@@ -23,10 +25,16 @@ hop). Readers take a snapshot with ``figures`` on the trio thread.
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import trio
 
 from layouts.storage import Fetched
+from mountd.errors import MountError, NotFound
+
+T = TypeVar("T")
 
 #: Buckets per doubling of the duration.
 STEPS = 8
@@ -101,6 +109,25 @@ class StoreMeter:
         return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries,
                 "failures": self.failures, "not_found": self.not_found,
                 "latency": self.latency.figures()}
+
+
+async def measured(meter: StoreMeter, operation: Awaitable[T]) -> T:
+    """``await operation`` (one store operation), counted in ``meter``: once, with its
+    outcome, the object data it returned and its time."""
+    meter.requests += 1
+    start = trio.current_time()
+    try:
+        result = await operation
+    except NotFound:
+        meter.not_found += 1
+        raise
+    except MountError:
+        meter.failures += 1
+        raise
+    finally:
+        meter.latency.add(trio.current_time() - start)
+    meter.returned(result)
+    return result
 
 
 #: The meters of the process, by kind of storage.

@@ -38,8 +38,8 @@ from typing import TypeVar
 import httpx
 import trio
 
-from mountd.errors import MountError, NotFound, StorageError
-from mountd.io.meter import StoreMeter
+from mountd.errors import StorageError
+from mountd.io.meter import StoreMeter, measured
 
 log = logging.getLogger(__name__)
 
@@ -100,27 +100,14 @@ async def retrying(key: str, policy: RetryPolicy, attempt: Callable[[], Awaitabl
     """``await attempt()`` until it returns, retrying ``Transient`` within the budget.
 
     Anything but ``Transient`` propagates from the first attempt that raises it.
-    The operation is counted in ``meter``: once, with its retries, its outcome,
-    the bytes of data it returned and its time.
+    The operation is counted in ``meter`` (``measured``), its retries too.
     """
-    start = trio.current_time()
-    meter.requests += 1
-    try:
-        result = await _retry(key, policy, attempt, meter, start)
-    except NotFound:
-        meter.not_found += 1
-        raise
-    except MountError:
-        meter.failures += 1
-        raise
-    finally:
-        meter.latency.add(trio.current_time() - start)
-    meter.returned(result)
-    return result
+    return await measured(meter, _retry(key, policy, attempt, meter))
 
 
 async def _retry(key: str, policy: RetryPolicy, attempt: Callable[[], Awaitable[T]],
-                 meter: StoreMeter, start: float) -> T:
+                 meter: StoreMeter) -> T:
+    start = trio.current_time()
     deadline = start + policy.timeout
     attempts = 0
     last = "no answer in time"
