@@ -19,7 +19,9 @@ allocates its whole output bound at once, so it is used only when the limit
 is the size the output should have (``sized``), not a generous cap.
 ``fast_inflate`` gives None for anything libdeflate refuses (a corrupt
 stream, or more output than the bound); ``inflate`` then runs ``zlib``, which
-says exactly what is wrong.
+says exactly what is wrong. Blosc frames whose codec is zlib (every gzip
+chunk HSDS writes) are likewise inflated with libdeflate by ``layouts.blosc``;
+``unblosc`` runs numcodecs for any frame that module leaves to it.
 
 Pure functions over bytes; safe in any thread.
 """
@@ -34,6 +36,7 @@ from typing import Any
 import deflate
 import numcodecs
 
+from layouts import blosc
 from layouts.errors import Corrupt
 
 #: The most bytes a chunk of variable-length elements (or the JSON text a LINDI
@@ -43,7 +46,7 @@ from layouts.errors import Corrupt
 MAX_VLEN_CHUNK_BYTES = 256 << 20
 
 #: Blosc 1 header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes.
-BLOSC_HEADER = struct.Struct("<BBBBIII")
+BLOSC_HEADER = blosc.HEADER
 _ZSTD_MAGIC = 0xFD2FB528
 _LZ4_SIZE = struct.Struct("<I")
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
@@ -121,8 +124,9 @@ def blosc_sizes(raw: bytes) -> tuple[int, int, int] | None:
 def unblosc(raw: bytes, limit: int, key: str) -> bytes:
     """The Blosc frame ``raw`` decompressed; Corrupt unless its header says it is
     exactly ``len(raw)`` bytes (c-blosc trusts that and would read past the end)
-    holding at most ``limit``. c-blosc allocates the header's ``nbytes`` and no more,
-    and refuses a block size larger than that."""
+    holding at most ``limit``. A zlib frame is decoded by ``blosc.decode``
+    (libdeflate); numcodecs decodes whatever that leaves, allocating the header's
+    ``nbytes`` and no more, and refusing a block size larger than that."""
     sizes = blosc_sizes(raw)
     if sizes is None:
         raise Corrupt(key, "not a Blosc frame (too short, or typesize 0)")
@@ -130,6 +134,9 @@ def unblosc(raw: bytes, limit: int, key: str) -> bytes:
     if not 1 <= version <= 5 or cbytes != len(raw) or nbytes > limit:
         raise Corrupt(key, f"not a Blosc frame of {limit} bytes or fewer "
                       f"(version {version}, {nbytes} bytes in {cbytes} of {len(raw)})")
+    fast = blosc.decode(raw, limit, key)
+    if fast is not None:
+        return fast
     data = _decoded(key, "Blosc", numcodecs.blosc.decompress, raw)
     if len(data) != nbytes:
         raise Corrupt(key, f"Blosc frame decodes to {len(data)} bytes, not {nbytes}")
