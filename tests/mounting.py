@@ -75,10 +75,12 @@ def daemon_pids(mountpoint: Path) -> list[int]:
     return pids_where(lambda argv: b"mountd.cli" in argv and where in argv)
 
 
-def wait_gone(mountpoint: Path, timeout: float = 15) -> bool:
+def wait_gone(mountpoint: Path, timeout: float = 15,
+              pids: Callable[[Path], list[int]] = daemon_pids) -> bool:
+    """Wait until no daemon (found by ``pids``) serves ``mountpoint`` and it is no mount."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not daemon_pids(mountpoint) and not is_mounted(mountpoint):
+        if not pids(mountpoint) and not is_mounted(mountpoint):
             return True
         time.sleep(0.05)
     return False

@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.mounting import REPO, fuse_available, is_mounted, pids_where
+from tests.mounting import REPO, fuse_available, is_mounted, pids_where, wait_gone
 
 #: The console script of the interpreter running the tests (this checkout's .venv).
 H5MOUNT_SCRIPT = Path(sys.executable).parent / "h5mount"
@@ -94,16 +93,6 @@ def cmdline(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
 
 
-def wait_gone(mountpoint: Path, timeout: float = 15) -> bool:
-    """Wait until no daemon serves ``mountpoint`` and it is no mount."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not daemon_pids(mountpoint) and not is_mounted(mountpoint):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @dataclass(frozen=True)
 class MountInfo:
     """One line of /proc/self/mountinfo."""
@@ -161,7 +150,7 @@ def namespace(tmp_path: Path) -> Iterator[Namespace]:
     finally:
         if is_mounted(mountpoint):
             _run("umount", "-l", mountpoint)
-        if not wait_gone(mountpoint):
+        if not wait_gone(mountpoint, pids=daemon_pids):
             for pid in daemon_pids(mountpoint):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
