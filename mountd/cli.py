@@ -90,8 +90,8 @@ can say everything; a command-line flag that says the same wins):
                        gives EIO for that object, logged (default: 64M). A
                        reference file itself may be up to 1G
   stats_file=PATH      on SIGUSR1 and at unmount, write the daemon's figures
-                       as JSON to PATH: FUSE requests served by kind, inodes,
-                       cache hits and misses, peak memory (default: none)
+                       to PATH: the document of MOUNTPOINT/.h5mount/stats.json
+                       (default: none)
   endpoint_url=URL, region=NAME, profile=NAME, anon
                        the same as the S3 options above, for fstab
   domain=PATH          the same as --domain
