@@ -212,6 +212,12 @@ class HsdsCatalog:
     def store(self) -> Store:
         return self._store
 
+    def drop(self) -> None:
+        """Forget what the catalog keeps besides answers (SIGHUP): the domain key
+        indexes, so chunks written since are listed."""
+        if self._domain_keys is not None:
+            self._domain_keys.drop()
+
     # ------------------------------------------------------------------ folders
 
     async def list_folder(self, path: str) -> list[str]:

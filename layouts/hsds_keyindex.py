@@ -24,11 +24,9 @@ Local buckets do not use it: a directory listing there is one system call;
 nor does a mount with ``metadata_ttl`` 0, where every listing would list the
 whole domain again.
 
-``drop`` forgets every index of one ``DomainKeys``, and ``drop_all`` those of
-every one alive in the process (the daemon's SIGHUP, through
-``mountd.sources.Source.refresh``: the catalog that owns them keeps no way to
-reach them, and a process serves one mount), so chunks written since show up
-at once. The next chunk listing of a domain lists it again.
+``drop`` forgets every index (the daemon's SIGHUP, through the catalog that
+owns it, ``HsdsCatalog.drop``), so chunks written since show up at once. The
+next chunk listing of a domain lists it again.
 
 Concurrency: one listing per domain at a time; tasks that want the same
 domain meanwhile wait for it (a ``trio.Event``). The dictionaries change only
@@ -41,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,7 +83,6 @@ class DomainKeys:
         self._domains: OrderedDict[str, _Index] = OrderedDict()
         #: Listings made (for tests and the log).
         self.listings = 0
-        _ALIVE.add(self)
 
     def drop(self) -> None:
         """Forget every index now: the next chunk listing of a domain lists it again."""
@@ -162,13 +158,3 @@ class DomainKeys:
                 await close()
         log.debug("%s: %d keys of %d datasets in one listing", prefix, count, len(names))
         return names
-
-
-#: Every ``DomainKeys`` alive in the process, for ``drop_all``.
-_ALIVE: weakref.WeakSet[DomainKeys] = weakref.WeakSet()
-
-
-def drop_all() -> None:
-    """``drop`` every ``DomainKeys`` alive in the process (SIGHUP)."""
-    for keys in list(_ALIVE):
-        keys.drop()

@@ -7,7 +7,8 @@ Each answer, including a failure, is kept for ``ttl`` seconds, so a corrupt
 object is read (and logged) once per TTL, not once per kernel request.
 ``drop`` (the daemon's SIGHUP) ends every answer's freshness at once: each
 entry belongs to the ``generation`` it was fetched in, and only entries of
-the current one are fresh.
+the current one are fresh; it also calls the inner catalog's ``drop``, if it
+has one (the HSDS catalog's domain key indexes).
 
 Concurrency: one fetch per key at a time. The first task to miss starts the
 fetch and stores a ``trio.Event``; tasks that arrive meanwhile wait on that
@@ -72,8 +73,12 @@ class CachedCatalog:
         return self.inner.single_domain
 
     def drop(self) -> None:
-        """Make every cached answer stale now: the next request for it reads storage."""
+        """Make every cached answer stale now: the next request for it reads storage.
+        An inner catalog that keeps indexes of its own (``drop``) forgets them too."""
         self.generation += 1
+        drop = getattr(self.inner, "drop", None)
+        if drop is not None:
+            drop()
 
     def _usable(self, entry: _Entry, now: float) -> bool:
         """Whether a settled entry may still be served."""

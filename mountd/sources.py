@@ -20,7 +20,7 @@ The daemon gives the cache its background nursery.
 ``Source.refresh`` (the daemon's SIGHUP, with the catalog cache's ``drop``)
 reads again what the source keeps besides the catalog's answers: an S3
 source's AWS credentials (``S3Connection.reread_credentials``), the HSDS
-domain key indexes (``layouts.hsds_keyindex.drop_all``), and whether cached
+domain key indexes (dropped by the catalog cache's ``drop``), and whether cached
 blocks are current (``BlockCache.expire``: the next read that would serve an
 object's cached blocks asks storage first, with a ``head``). A LINDI or
 kerchunk reference file is not read again: the catalog is made from it
@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from layouts import hsds_keyindex
 from layouts.formats import FORMATS
 from layouts.model import Catalog
 from layouts.places import Place, PlaceKind
@@ -78,12 +77,11 @@ class Source:
     s3: S3Connection | None = None
 
     async def refresh(self) -> None:
-        """Read again what the source keeps (SIGHUP): the S3 credentials first, then,
-        with no await in between, drop the domain key indexes and the block cache's
-        validations."""
+        """Read again what the source keeps (SIGHUP): the S3 credentials first, then
+        expire the block cache's validations. The catalog's own indexes go with the
+        catalog cache's ``drop``, which the daemon calls next, with no await between."""
         if self.s3 is not None:
             await self.s3.reread_credentials()
-        hsds_keyindex.drop_all()
         if self.block_cache is not None:
             self.block_cache.expire()
 

@@ -4,8 +4,8 @@
 reach it and can hold one open, so a fetch under way at the drop is seen to
 answer the task that started it with its own outcome, while the task waiting
 on it fetches again. The other caches SIGHUP reaches: the HSDS domain key
-index (``DomainKeys.drop`` and ``drop_all``, a listing under way at the drop
-included), the reference index (keyed by ``Tree.epoch``, which
+index (``DomainKeys.drop``, reached through ``CachedCatalog.drop``, a listing
+under way at the drop included), the reference index (keyed by ``Tree.epoch``, which
 ``Tree.refresh`` moves on) and the block cache's validations
 (``Source.refresh`` calls ``BlockCache.expire``).
 
@@ -22,7 +22,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from layouts import hsds_keyindex
+from layouts.hsds import HsdsCatalog
 from layouts.hsds_ids import HsdsId
 from layouts.hsds_keyindex import DomainKeys
 from layouts.model import Domain, Group, Link, LinkKind, ObjectKind, ObjectRef
@@ -129,7 +129,9 @@ def test_domain_keys_drop_lists_again() -> None:
         keys.drop()
         assert await keys.chunk_names(DSET) == ["0_0", "0_1"]
         store.names = ["0_0", "0_1", "1_0"]
-        hsds_keyindex.drop_all()
+        # SIGHUP's path: the metadata cache's drop reaches the catalog's indexes.
+        catalog = HsdsCatalog(store, domain_keys=keys)  # type: ignore[arg-type]
+        CachedCatalog(catalog, ttl=3600).drop()
         assert await keys.chunk_names(DSET) == ["0_0", "0_1", "1_0"]
         assert keys.listings == 3
 
