@@ -51,7 +51,6 @@ from mountd import logsafe, stats
 from mountd.acls import AclPolicy, read_map
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
-from mountd.control import Control, ControlDir
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
 from mountd.metacache import CachedCatalog
@@ -323,12 +322,8 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     tree = Tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
                      acls=acl_policy(config))
-    reporter = stats.Reporter(config, ops, tree, catalog, cache, source.block_cache)
-    ops.control = ControlDir(Control({
-        "stats.json": lambda: stats.dumps(reporter.figures()),
-        "config.json": lambda: stats.dumps(reporter.settings()),
-        "metrics": lambda: reporter.metrics().encode(),
-    }))
+    reporter = stats.Reporter(config, ops, tree, catalog, source.block_cache)
+    ops.control = reporter.control_dir()
     try:
         pyfuse3.init(ops, config.mountpoint, config.fuse_options())
     except RuntimeError as exc:

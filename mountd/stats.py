@@ -28,13 +28,13 @@ import logging
 import os
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from mountd import __version__, logsafe
-from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
+from mountd.control import Control, ControlDir
 from mountd.fuse_ops import Operations
 from mountd.io.blockcache import BlockCache
 from mountd.io.meter import STORES
@@ -55,7 +55,6 @@ class Reporter:
     ops: Operations
     tree: Tree
     catalog: CachedCatalog
-    chunk_cache: ChunkCache
     block_cache: BlockCache | None
     #: POSIX time and monotonic time the daemon started serving.
     started: float = dataclasses.field(default_factory=time.time)
@@ -86,7 +85,7 @@ class Reporter:
         }
 
     def _caches(self) -> dict[str, dict[str, int]]:
-        catalog, memo, chunks = self.catalog, self.tree.memo, self.chunk_cache
+        catalog, memo, chunks = self.catalog, self.tree.memo, self.tree.chunk_cache
         caches = {
             "metadata": {"hits": catalog.hits, "misses": catalog.misses,
                          "evictions": catalog.evictions, "entries": len(catalog),
@@ -119,6 +118,14 @@ class Reporter:
     def metrics(self) -> str:
         """The ``metrics`` document (Prometheus text format)."""
         return "".join(_exposition(self.figures()))
+
+    def control_dir(self, clock: Callable[[], float] = time.monotonic) -> ControlDir:
+        """The ``.h5mount/`` directory serving the three documents."""
+        return ControlDir(Control({
+            "stats.json": lambda: dumps(self.figures()),
+            "config.json": lambda: dumps(self.settings()),
+            "metrics": lambda: self.metrics().encode(),
+        }, clock=clock))
 
 
 def redact(text: str) -> str:

@@ -54,7 +54,7 @@ from mountd import stats
 from mountd.acls import AclPolicy
 from mountd.chunkcache import ChunkCache
 from mountd.config import MountConfig
-from mountd.control import CONTROL_DIR, REUSE, Control, ControlDir
+from mountd.control import CONTROL_DIR, REUSE
 from mountd.errors import Corrupt, Forbidden, StorageError
 from mountd.fuse_ops import Operations, Owner
 from mountd.inodes import ROOT_INODE
@@ -251,13 +251,8 @@ class Mount:
         """Build ``Operations`` and the control directory as ``daemon._serve`` does."""
         ops = Operations(await self.tree.root(), OWNER, ttl=self.config.metadata_ttl,
                          acls=self.acls)
-        reporter = stats.Reporter(self.config, ops, self.tree, self.catalog, self.chunk_cache,
-                                  None)
-        ops.control = ControlDir(Control({
-            "stats.json": lambda: stats.dumps(reporter.figures()),
-            "config.json": lambda: stats.dumps(reporter.settings()),
-            "metrics": lambda: reporter.metrics().encode(),
-        }, clock=lambda: self.now))
+        reporter = stats.Reporter(self.config, ops, self.tree, self.catalog, None)
+        ops.control = reporter.control_dir(clock=lambda: self.now)
         self._ops = ops
         return self
 
