@@ -108,9 +108,6 @@ class ControlFile(FileNode):
         made, data = self.control.render(self.name)
         return Stat(self.type, size=len(data), mtime=made, ctime=made, volatile=True)
 
-    async def listed(self) -> Stat:
-        return await self.stat()
-
     async def open(self) -> FileHandle:
         _, data = self.control.render(self.name)
 
