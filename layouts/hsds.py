@@ -394,7 +394,8 @@ class HsdsCatalog:
                 value = attribute_value(htype, shape, item.get("value"), item.get("encoding"))
             except FormatError as exc:
                 raise FormatError(f"attribute {name!r}: {exc}") from exc
-            out.append(Attribute(name=name, value=value, dtype=etype.sidecar))
+            out.append(Attribute(name=name, value=value, dtype=etype.sidecar,
+                                 hdf5=etype.hdf5, shape=shape))
         return tuple(out)
 
     async def _resolve_type(self, tj: Any, depth: int = 0) -> Any:

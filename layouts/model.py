@@ -134,6 +134,11 @@ class Attribute:
     value: AttrValue
     #: numpy-style dtype description for xattr ``user.h5.dtype``-like uses; may be None.
     dtype: Any = None
+    #: The stored HDF5 type (HDF5/JSON, as ``ElementType.hdf5``) and dataspace
+    #: (``()`` scalar, None ``H5S_NULL``), when the format keeps them (HSDS);
+    #: ``hdf5`` None: only the value is known (LINDI ``.zattrs``).
+    hdf5: Any = None
+    shape: tuple[int, ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -92,6 +92,14 @@ can say everything; a command-line flag that says the same wins):
   stats_file=PATH      on SIGUSR1 and at unmount, write the daemon's figures
                        to PATH: the document of MOUNTPOINT/.h5mount/stats.json
                        (default: none)
+  h5view=on|off        show each domain as one HDF5 file beside its
+                       directory, D.h5 (sample.h5 gives sample.h5.h5;
+                       .root.h5 for a mount of one file), which h5dump,
+                       h5py and netCDF readers open (default: on)
+  h5view_inline=SIZE   most bytes of variable-length and reference data
+                       one D.h5 embeds; a dataset past it is left out and
+                       named in the root attribute h5mount_left_out
+                       (default: 64M)
   endpoint_url=URL, region=NAME, profile=NAME, anon
                        the same as the S3 options above, for fstab
   domain=PATH          the same as --domain

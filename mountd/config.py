@@ -76,6 +76,10 @@ class MountConfig:
     log_level: str = "WARNING"
     log_file: str | None = None
     stats_file: str | None = None
+    #: ``-o h5view=on|off``: show each domain as an HDF5 file ``D.h5``.
+    h5view: bool = True
+    #: ``-o h5view_inline=SIZE``: most variable-length bytes one ``D.h5`` embeds.
+    h5view_inline: int = 64 << 20
 
     def fuse_options(self) -> set[str]:
         """Options for ``pyfuse3.init``: always read-only, with kernel permission checks."""
@@ -177,6 +181,12 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 if not val:
                     raise OptionError("option log_file needs a path")
                 config.log_file = os.path.abspath(val)
+            elif name == "h5view":
+                if val not in ("on", "off"):
+                    raise OptionError(f"option {item}: say h5view=on or h5view=off")
+                config.h5view = val == "on"
+            elif name == "h5view_inline":
+                config.h5view_inline = parse_size(name, val)
             elif name == "anon":
                 config.anon = True
             elif name == "allow_local_refs":

@@ -38,6 +38,7 @@ from mountd.nodes import DirNode
 from mountd.tree.fanout import for_each
 from mountd.tree.folders import FolderDir
 from mountd.tree.groups import GroupDir
+from mountd.tree.h5view import H5Views
 from mountd.tree.links import Links
 from mountd.tree.paths import ObjPath, Places, root_path
 from mountd.tree.preload import Preloader
@@ -77,6 +78,8 @@ class Tree:
         self.preload = Preloader(self.obj, self.chunk_cache)
         self.view_sizes = ViewSizes(self.memo, self.all_fresh)
         self._cached = catalog if isinstance(catalog, CachedCatalog) else None
+        #: The ``D.h5`` file views, when the mount shows them (``-o h5view``).
+        self.h5views: H5Views | None = None
 
     # -- model access ---------------------------------------------------
 

@@ -1,10 +1,10 @@
 """The folder tree of a bucket: folders, domains, and folder entries that are broken.
 
 Owns ``FolderDir`` (an HSDS folder, or a plain directory of the bucket: its
-folders, and its domains as group directories with their sidecars beside
-them), ``BrokenDir`` (a folder entry whose metadata cannot be read: listed,
-so the rest of the folder shows, but failing every use) and
-``SnapshotDir``, a directory listed whole.
+folders, and its domains as group directories with their sidecars and
+``D.h5`` file views beside them), ``BrokenDir`` (a folder entry whose
+metadata cannot be read: listed, so the rest of the folder shows, but
+failing every use) and ``SnapshotDir``, a directory listed whole.
 
 Concurrency: nodes are immutable. Listing a folder probes its entries'
 domains ``LIST_CONCURRENCY`` at a time; the catalog caches what it reads.
@@ -21,6 +21,8 @@ from mountd.errors import MountError, NotFound
 from mountd.nodes import DirListing, DirNode, Node, NodeType, Row, SnapshotListing, Stat
 from mountd.tree.fanout import for_each
 from mountd.tree.groups import GroupDir
+from mountd.tree.h5view import SUFFIX as H5_SUFFIX
+from mountd.tree.h5view import H5ViewFile
 from mountd.tree.meta import sidecar_file
 from mountd.tree.paths import SIDECAR, root_path
 from mountd.tree.preload import LIST_CONCURRENCY
@@ -91,6 +93,10 @@ class FolderDir(SnapshotDir):
                 items.append(Row(name, GroupDir(self.tree, op)))
                 if name + SIDECAR not in real:
                     items.append(Row(name + SIDECAR, sidecar_file(self.tree, op)))
+                views = self.tree.h5views
+                if views is not None and name + H5_SUFFIX not in real:
+                    node = H5ViewFile(self.tree, views, domain)
+                    items.append(Row(name + H5_SUFFIX, node, await node.listed()))
             else:
                 items.append(Row(name, FolderDir(self.tree, self._child(name))))
         return items
@@ -109,6 +115,11 @@ class FolderDir(SnapshotDir):
             domain = await self.tree.catalog.domain(self._child(name[:-len(SIDECAR)]))
             if domain is not None and domain.root_id is not None:
                 return sidecar_file(self.tree, root_path(domain))
+        views = self.tree.h5views
+        if views is not None and name.endswith(H5_SUFFIX) and name[:-len(H5_SUFFIX)] in names:
+            domain = await self.tree.catalog.domain(self._child(name[:-len(H5_SUFFIX)]))
+            if domain is not None and domain.root_id is not None:
+                return H5ViewFile(self.tree, views, domain)
         raise NotFound(name)
 
 

@@ -4,7 +4,8 @@ Owns ``GroupDir``: the entries a group's links contribute (the child's
 directory, its sidecar and the entries of the views that apply to it; a
 symlink for a soft or external link, or a hard link back to an ancestor,
 plus symlinks to the target's sidecar and views), the group's own files
-(``.zattrs``, ``.zgroup``, and the mount root's ``.root.json``), and the
+(``.zattrs``, ``.zgroup``, and the mount root's ``.root.json`` and
+``.root.h5``), and the
 name index that makes lookups O(1) (a real link's name wins over a
 generated one). ``Symlink`` is a link's node; ``object_dir`` makes the
 directory node for an object of a given kind.
@@ -42,9 +43,18 @@ from mountd.nodes import (
 )
 from mountd.tree.datasets import DatasetDir
 from mountd.tree.fanout import for_each
+from mountd.tree.h5view import H5ViewFile
 from mountd.tree.meta import ZATTRS_NAME, ZGROUP_NAME, sidecar_file, zattrs_file, zgroup_file
 from mountd.tree.objdir import ObjectDir
-from mountd.tree.paths import ROOT_SIDECAR, SIDECAR, ObjPath, inside_text, relative, root_path
+from mountd.tree.paths import (
+    ROOT_H5,
+    ROOT_SIDECAR,
+    SIDECAR,
+    ObjPath,
+    inside_text,
+    relative,
+    root_path,
+)
 from mountd.tree.preload import LIST_CONCURRENCY
 from mountd.tree.viewctx import ObjectContext, shows
 from mountd.tree.viewnodes import view_node
@@ -232,6 +242,8 @@ class GroupDir(ObjectDir):
         files: dict[str, Node] = {}
         if self.mount_root:
             files[ROOT_SIDECAR] = sidecar_file(self.tree, self.op)
+            if self.tree.h5views is not None:
+                files[ROOT_H5] = H5ViewFile(self.tree, self.tree.h5views, self.op.domain)
         files[ZATTRS_NAME] = zattrs_file(self.tree, self.op)
         files[ZGROUP_NAME] = zgroup_file(self.tree, self.op)
         return files

@@ -23,6 +23,8 @@ from mountd.errors import NotFound
 from mountd.names import display_name
 
 ROOT_SIDECAR = ".root.json"
+#: The HDF5 file view of a mount of one file (``mountd.tree.h5view``).
+ROOT_H5 = ".root.h5"
 SIDECAR = ".json"
 
 

@@ -1,0 +1,367 @@
+"""The ``D.h5`` view: every domain as one HDF5 file that HDF5's own tools open.
+
+Owns ``H5Views`` (the skeleton images of the mount's domains: planned from
+the tree, built by ``layouts.h5image`` in a worker thread, kept in a
+bounded LRU while every object they were made from is current) and
+``H5ViewFile``, the node of ``D.h5`` beside a domain's directory, or of
+``.root.h5`` at the root of a mount of one file.
+
+The plan walks the domain from its root group, breadth first, the way the
+tree shows it: each object is created at the first path that reaches it,
+and every other link to it becomes a hard link. A dataset of fixed-size type
+without references keeps its elements in external storage: its ``P.npy`` on
+this mount, by absolute path, past the NPY header, so HDF5 reads come back
+through the mount and its chunk cache. Variable-length and reference
+datasets are read and embedded while the embedded bytes stay under
+``-o h5view_inline``; over it, or when the ``.npy`` name is taken by a real
+link, a dataset is left out and named in the root attribute
+``layouts.h5image.LEFT_OUT_ATTR``. External links to domains of this mount
+lead to those domains' ``D.h5`` views; others are left out, so no path a
+bucket controls leads an HDF5 tool to the host's files.
+
+Size: ``st_size`` is the image's length, so the first ``stat`` or ``open``
+builds the image (MOUNT-SPEC.md, File attributes); a listing gives the kept
+size, or a stand-in the kernel does not keep.
+
+Concurrency: one build per domain at a time (others wait for its event and
+read the kept image) and one worker thread for all builds; the LRU changes
+only in synchronous calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import OrderedDict, deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import trio
+
+from layouts.arrays import read_array
+from layouts.h5image import (
+    AttrPlan,
+    External,
+    LinkPlan,
+    ObjPlan,
+    PlanRef,
+    Skeleton,
+    build_image,
+    external_ok,
+)
+from layouts.h5types import parse_type
+from layouts.hsds_ids import BadId, normalize_id
+from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, LinkKind, ObjectRef
+from layouts.npy import npy_header
+from mountd.errors import MountError, NotFound
+from mountd.nodes import FileHandle, FileNode, NodeType, Stat
+from mountd.tree.paths import InDomain, ObjPath, root_path
+from mountd.tree.viewctx import ObjectContext
+
+if TYPE_CHECKING:
+    from mountd.tree.core import Tree
+
+log = logging.getLogger(__name__)
+
+#: The suffix of a domain's file view: ``sample.h5`` shows ``sample.h5.h5``.
+SUFFIX = ".h5"
+#: Default ``-o h5view_inline``: most bytes of variable-length data embedded.
+DEFAULT_INLINE = 64 << 20
+#: Most bytes of images kept (at least the newest one is always kept).
+IMAGE_BUDGET = 256 << 20
+#: Bytes one embedded reference, or the bookkeeping of one embedded element, counts.
+_ELEMENT_BYTES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Image:
+    data: bytes
+    #: The objects the image was planned from, as (id, object).
+    seen: list[tuple[str, AnyObject]]
+
+
+class H5Views:
+    """The ``D.h5`` images of one mount at ``mountpoint`` (absolute)."""
+
+    def __init__(self, tree: Tree, mountpoint: str, inline: int = DEFAULT_INLINE) -> None:
+        self.tree = tree
+        self.mountpoint = mountpoint
+        self.inline = inline
+        self._images: OrderedDict[Hashable, _Image] = OrderedDict()
+        self._used = 0
+        self._building: dict[Hashable, trio.Event] = {}
+        self._thread = trio.CapacityLimiter(1)
+
+    def kept(self, domain: Domain) -> bytes | None:
+        """The image of ``domain`` if everything it came from is current."""
+        image = self._images.get(domain.path)
+        if image is None or not self.tree.all_fresh(domain, image.seen):
+            return None
+        self._images.move_to_end(domain.path)
+        return image.data
+
+    async def image(self, domain: Domain) -> bytes:
+        """The image of ``domain``: kept, or built now and kept."""
+        key = domain.path
+        while (pending := self._building.get(key)) is not None:
+            await pending.wait()
+        data = self.kept(domain)
+        if data is not None:
+            return data
+        done = self._building[key] = trio.Event()
+        try:
+            planner = _Planner(self, domain)
+            skeleton = await planner.plan()
+            async with self._thread:
+                data, left_out = await trio.to_thread.run_sync(build_image, skeleton)
+            log.info("built the HDF5 view of %s: %d objects, %d bytes, %d left out",
+                     domain.path or "/", len(skeleton.objects), len(data), len(left_out))
+            for line in left_out:
+                log.info("HDF5 view of %s leaves out %s", domain.path or "/", line)
+            self._keep(key, _Image(data, planner.seen))
+        finally:
+            del self._building[key]
+            done.set()
+        return data
+
+    def _keep(self, key: Hashable, image: _Image) -> None:
+        old = self._images.pop(key, None)
+        if old is not None:
+            self._used -= len(old.data)
+        self._images[key] = image
+        self._used += len(image.data)
+        while self._used > IMAGE_BUDGET and len(self._images) > 1:
+            _, dropped = self._images.popitem(last=False)
+            self._used -= len(dropped.data)
+
+    def location(self, domain: Domain) -> str:
+        """The absolute path of ``domain``'s view in the mount."""
+        return self.path_of(self.tree.places.file_location(root_path(domain), SUFFIX))
+
+    def path_of(self, names: tuple[str, ...]) -> str:
+        return os.path.join(self.mountpoint, *names)
+
+
+class _Planner:
+    """Plans the skeleton of one domain (see the module docstring)."""
+
+    def __init__(self, views: H5Views, domain: Domain) -> None:
+        self.views = views
+        self.tree = views.tree
+        self.domain = domain
+        self.skeleton = Skeleton()
+        self.first: dict[str, ObjPlan] = {}
+        self.seen: list[tuple[str, AnyObject]] = []
+        self.inline_left = views.inline
+        self._attrs: list[tuple[ObjPlan, AnyObject]] = []
+        #: Embedded datasets whose elements may hold references, resolved last.
+        self._refs: list[ObjPlan] = []
+
+    async def plan(self) -> Skeleton:
+        root = root_path(self.domain)
+        group = await self.tree.group(root)
+        self._add(root, group, None, "")
+        queue: deque[tuple[ObjPath, Group]] = deque([(root, group)])
+        while queue:
+            op, group = queue.popleft()
+            await self.tree.load_objects(
+                self.domain, [link.target for link in group.links.values()
+                              if link.kind is LinkKind.HARD and link.target not in self.first])
+            for name, link in group.links.items():
+                child = await self._link(op, name, link)
+                if child is not None:
+                    queue.append(child)
+        for plan, obj in self._attrs:
+            plan.attrs = [AttrPlan(a.name, await self._value(a.value), a.hdf5, a.shape)
+                          for a in obj.attrs]
+        for plan in self._refs:
+            plan.data = [await self._value(v) for v in plan.data or ()]
+        return self.skeleton
+
+    def _add(self, op: ObjPath, obj: AnyObject, parent: str | None, name: str) -> ObjPlan:
+        plan = ObjPlan(id=obj.id, kind=obj.kind, parent=parent, name=name, path=op.h5path)
+        self.first[obj.id] = plan
+        self.seen.append((obj.id, obj))
+        self.skeleton.objects.append(plan)
+        self._attrs.append((plan, obj))
+        return plan
+
+    async def _link(self, op: ObjPath, name: str, link: Any) -> tuple[ObjPath, Group] | None:
+        group_id = op.id
+        if link.kind is LinkKind.SOFT:
+            self.skeleton.links.append(LinkPlan(group_id, name, LinkKind.SOFT, link.target))
+            return None
+        if link.kind is LinkKind.EXTERNAL:
+            await self._external(op, name, link)
+            return None
+        if link.target in self.first:
+            self.skeleton.links.append(LinkPlan(group_id, name, LinkKind.HARD, link.target))
+            return None
+        child = op.child(name, link.target)
+        try:
+            obj = await self.tree.obj(child)
+        except MountError as exc:
+            self.skeleton.left_out.append(f"{child.h5path}: cannot be read ({exc})")
+            return None
+        plan = self._add(child, obj, group_id, name)
+        if isinstance(obj, Datatype):
+            plan.hdf5 = obj.type.hdf5
+        elif isinstance(obj, Dataset):
+            await self._dataset(child, obj, plan, name)
+        elif isinstance(obj, Group):
+            return child, obj
+        return None
+
+    async def _external(self, op: ObjPath, name: str, link: Any) -> None:
+        where = f"{op.h5path.rstrip('/')}/{name}"
+        try:
+            domain = await self.tree.links.external_domain(self.domain, link)
+        except MountError:
+            domain = None
+        if domain is None or domain.root_id is None:
+            self.skeleton.left_out.append(
+                f"{where}: external link to {link.domain}::{link.target} is not in this mount")
+            return
+        self.skeleton.links.append(LinkPlan(op.id, name, LinkKind.EXTERNAL, link.target,
+                                            self.views.location(domain)))
+
+    async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan, name: str) -> None:
+        tj = ds.type.hdf5
+        plan.hdf5, plan.shape = tj, ds.shape
+        if ds.fill_value is not None and external_ok(tj):
+            plan.fill = ds.fill_bytes()
+        if ds.shape is None or math.prod(ds.shape) == 0:
+            return
+        parent = await self.tree.group(op.parent)
+        if external_ok(tj) and name + ".npy" not in parent.links:
+            location = self.tree.places.file_location(op, ".npy")
+            plan.external = External(self.views.path_of(location), len(npy_header(ds)),
+                                     math.prod(ds.shape) * ds.type.itemsize)
+            return
+        await self._embed(op, ds, plan)
+
+    async def _embed(self, op: ObjPath, ds: Dataset, plan: ObjPlan) -> None:
+        assert ds.shape is not None
+        t = parse_type(ds.type.hdf5)
+        count = math.prod(ds.shape)
+        if count * _ELEMENT_BYTES > self.inline_left:
+            self.skeleton.left_out.append(
+                f"{op.h5path}: {count} elements would pass h5view_inline="
+                f"{self.views.inline}")
+            return
+        ctx = ObjectContext(self.tree, op, ds)
+        values = (await read_array(ctx, ds)).reshape(-1)
+        if t.cls == "ref":
+            elements: list[Any] = [_stored_ref(v) for v in values]
+        else:
+            elements = list(values)
+        size = sum(_nbytes(v) for v in elements)
+        if size > self.inline_left:
+            self.skeleton.left_out.append(
+                f"{op.h5path}: {size} bytes would pass h5view_inline={self.views.inline}")
+            return
+        self.inline_left -= size
+        plan.data = elements
+        self._refs.append(plan)
+
+    async def _value(self, value: Any) -> Any:
+        """A model value with its object references as ``PlanRef``s."""
+        if isinstance(value, ObjectRef):
+            return PlanRef(await self._target(value))
+        if isinstance(value, list):
+            return [await self._value(v) for v in value]
+        return value
+
+    async def _target(self, ref: ObjectRef) -> str | None:
+        if ref.obj_id is not None:
+            return ref.obj_id if ref.obj_id in self.first else None
+        if ref.path is None:
+            return None
+        try:
+            target = await self.tree.links.resolve(root_path(self.domain), ref.path)
+        except MountError:
+            return None
+        return None if target is None or target.id not in self.first else target.id
+
+
+def _stored_ref(value: Any) -> ObjectRef | None:
+    """An object reference element as a chunk file holds it (HSDS: the id text)."""
+    text = bytes(value).rstrip(b"\0").decode("ascii", "replace") \
+        if isinstance(value, bytes | np.bytes_) else str(value or "")
+    if not text:
+        return None
+    try:
+        return ObjectRef(obj_id=normalize_id(text))
+    except BadId:
+        return None
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogateescape")) + _ELEMENT_BYTES
+    if isinstance(value, bytes):
+        return len(value) + _ELEMENT_BYTES
+    if isinstance(value, np.ndarray):
+        return value.nbytes + _ELEMENT_BYTES
+    if isinstance(value, list | tuple):
+        return sum(_nbytes(v) for v in value) + _ELEMENT_BYTES
+    return _ELEMENT_BYTES
+
+
+class _ImageHandle(FileHandle):
+    """An open ``D.h5``: slices of the image it was opened on."""
+
+    def __init__(self, data: bytes, *, direct_io: bool, keep_cache: bool) -> None:
+        self._data = memoryview(data)
+        self.direct_io = direct_io
+        self.keep_cache = keep_cache
+
+    async def read(self, offset: int, size: int) -> memoryview:
+        return self._data[offset:offset + size]
+
+
+class H5ViewFile(InDomain, FileNode):
+    """``D.h5`` (or ``.root.h5``): the HDF5 file view of one domain."""
+
+    def __init__(self, tree: Tree, views: H5Views, domain: Domain) -> None:
+        self.tree = tree
+        self.views = views
+        self.op = root_path(domain)
+
+    @property
+    def key(self) -> Hashable:
+        return ("h5view", self.op.domain.path)
+
+    async def _domain(self) -> Domain:
+        """The domain as the catalog has it now (NotFound once it is gone)."""
+        domain = await self.tree.catalog.domain(self.op.domain.path)
+        if domain is None or domain.root_id is None:
+            raise NotFound(self.op.domain.path)
+        return domain
+
+    async def _stat(self, domain: Domain, size: int, exact: bool = True) -> Stat:
+        mtime, ctime = self.tree.stamps(domain)
+        return Stat(NodeType.FILE, size=size, mtime=mtime, ctime=ctime, exact=exact)
+
+    async def stat(self) -> Stat:
+        domain = await self._domain()
+        return await self._stat(domain, len(await self.views.image(domain)))
+
+    async def listed(self) -> Stat:
+        domain = await self._domain()
+        kept = self.views.kept(domain)
+        if kept is None:
+            return await self._stat(domain, 0, exact=False)
+        return await self._stat(domain, len(kept))
+
+    async def open(self) -> FileHandle:
+        """A file built only now is read past the page cache: the kernel may
+        hold a stand-in size from a listing."""
+        domain = await self._domain()
+        kept = self.views.kept(domain)
+        data = kept if kept is not None else await self.views.image(domain)
+        return _ImageHandle(data, direct_io=kept is None,
+                            keep_cache=self.tree.keep_pages(self.key))
