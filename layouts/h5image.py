@@ -41,6 +41,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+import orjson
 from h5py import h5a, h5d, h5ds, h5f, h5o, h5p, h5r, h5s, h5t
 
 from layouts.errors import FormatError
@@ -324,6 +325,19 @@ class _Writer:
         self.file = f
         self.ids: dict[str, Any] = {}
         self.left_out = list(skeleton.left_out)
+        self.types: dict[bytes, h5t.TypeID] = {}
+        self.paths = {plan.id: plan.path for plan in skeleton.objects}
+
+    def type_of(self, tj: Any) -> h5t.TypeID:
+        """``file_type(tj)``, made once per distinct type JSON of the build."""
+        try:
+            key = orjson.dumps(tj)
+        except (orjson.JSONEncodeError, TypeError):
+            return file_type(tj)
+        tid = self.types.get(key)
+        if tid is None:
+            tid = self.types[key] = file_type(tj)
+        return tid
 
     def ref(self, target: PlanRef | None) -> h5r.Reference:
         oid = None if target is None or target.target is None else self.ids.get(target.target)
@@ -392,16 +406,20 @@ class _Writer:
         name = plan.name.encode("utf-8", "surrogateescape")
         lcpl = _lcpl()
         if plan.kind is ObjectKind.GROUP:
-            self.ids[plan.id] = h5py.h5g.create(parent, name, lcpl=lcpl)
+            gcpl = h5p.create(h5p.GROUP_CREATE)
+            gcpl.set_obj_track_times(False)
+            self.ids[plan.id] = h5py.h5g.create(parent, name, lcpl=lcpl, gcpl=gcpl)
         elif plan.kind is ObjectKind.DATATYPE:
             tid = file_type(plan.hdf5)
             tid.commit(parent, name, lcpl=lcpl)
             self.ids[plan.id] = tid
+        elif plan.data is not None:
+            self.ids[plan.id] = self.embedded(parent, name, lcpl, plan)
         else:
             self.ids[plan.id] = self.dataset(parent, name, lcpl, plan)
 
     def dataset(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
-        tid = file_type(plan.hdf5)
+        tid = self.type_of(plan.hdf5)
         if plan.shape is None:
             space = h5s.create(h5s.NULL)
         elif plan.shape == ():
@@ -409,28 +427,35 @@ class _Writer:
         else:
             space = h5s.create_simple(plan.shape)
         dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_obj_track_times(False)  # halves the cost of a dataset; no time is real
         if plan.external is not None:
             ext = plan.external
             dcpl.set_external(ext.file.encode("utf-8", "surrogateescape"), ext.offset, ext.size)
-        if plan.fill is not None:
+        if plan.fill is not None and any(plan.fill):  # HDF5's default fill is zeros
             try:
-                dcpl.set_fill_value(np.frombuffer(plan.fill, dtype=tid.dtype).reshape(()))
-            except (ValueError, TypeError, RuntimeError) as exc:
+                dtype = _fill_dtype(parse_type(plan.hdf5))
+                dcpl.set_fill_value(np.frombuffer(plan.fill, dtype=dtype).reshape(()))
+            except (ValueError, TypeError, RuntimeError, FormatError) as exc:
                 self.left_out.append(f"{plan.path}: fill value not kept ({exc})")
         dsid = h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
         return dsid
 
-    def fill(self, plan: ObjPlan) -> None:
-        """Write an embedded dataset's elements."""
-        if plan.data is None:
-            return
-        ds = h5py.Dataset(self.ids[plan.id])
+    def embedded(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
+        """A dataset with its elements written, or none at all: the elements
+        are converted before it is made, and it is unlinked if writing fails."""
+        assert plan.data is not None
         t = parse_type(plan.hdf5)
         arr = self.array(t, plan.shape or (), plan.data)
-        if arr.dtype == np.uint8 and t.dtype is not None:
-            ds.id.write(h5s.ALL, h5s.ALL, arr, mtype=file_type(plan.hdf5))
-        else:
-            ds[...] = arr
+        dsid = self.dataset(parent, name, lcpl, plan)
+        try:
+            if arr.dtype == np.uint8 and t.dtype is not None and not has_ref(t):
+                dsid.write(h5s.ALL, h5s.ALL, arr, mtype=self.type_of(plan.hdf5))
+            else:
+                h5py.Dataset(dsid)[...] = arr
+        except BaseException:
+            parent.links.delete(name)
+            raise
+        return dsid
 
     # -- attributes -------------------------------------------------------------
 
@@ -443,7 +468,7 @@ class _Writer:
                 continue
             try:
                 self.attribute(oid, attr)
-            except (Unsupported, FormatError, ValueError, TypeError, OverflowError) as exc:
+            except (*_FAILURES, OverflowError) as exc:
                 self.left_out.append(f"{plan.path}: attribute {attr.name!r} not copied ({exc})")
         if scale:
             name = next((_text(a.value) for a in plan.attrs if a.name == "NAME"), "")
@@ -455,7 +480,7 @@ class _Writer:
             value: Any = attr.value
         else:
             tj, shape, value = attr.hdf5, attr.shape, attr.value
-        tid = file_type(tj)
+        tid = self.type_of(tj)
         name = attr.name.encode("utf-8", "surrogateescape")
         if shape is None:
             h5a.create(oid, name, tid, h5s.create(h5s.NULL))
@@ -499,6 +524,9 @@ class _Writer:
             if link.kind is LinkKind.HARD:
                 target = self.ids.get(link.target)
                 if target is None:
+                    where = self.paths.get(link.group, "?").rstrip("/")
+                    self.left_out.append(f"{where}/{link.name}: a hard link to an object "
+                                         "left out")
                     continue
                 h5o.link(target, group, name, lcpl=lcpl)
             elif link.kind is LinkKind.SOFT:
@@ -509,6 +537,25 @@ class _Writer:
                 group.links.create_external(name, link.file.encode("utf-8", "surrogateescape"),
                                             link.target.encode("utf-8", "surrogateescape"),
                                             lcpl=lcpl)
+
+
+def _fill_dtype(t: HType) -> np.dtype[Any]:
+    """The dtype to give h5py a fill value of a fixed-size type in: one h5py
+    turns into the same HDF5 type, as HDF5 converts no integer to an enum.
+    (h5py's string dtypes with an encoding are not used: h5py stores a
+    pointer for them; a plain ``S<n>`` converts to any fixed string.)"""
+    assert t.dtype is not None
+    if t.cls == "enum" and not t.is_bool:
+        return h5py.enum_dtype(dict(t.members), basetype=t.dtype)
+    if t.cls == "compound":
+        assert t.dtype.fields is not None
+        return np.dtype({"names": [n for n, _ in t.fields],
+                         "formats": [_fill_dtype(ft) for _, ft in t.fields],
+                         "offsets": [t.dtype.fields[n][1] for n, _ in t.fields],
+                         "itemsize": t.dtype.itemsize})
+    if t.cls == "array" and t.base is not None:
+        return np.dtype((_fill_dtype(t.base), t.dims))
+    return t.dtype
 
 
 def _lcpl() -> Any:
@@ -523,6 +570,16 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+_FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyError)
+
+
+def _refers(tj: Any) -> bool:
+    try:
+        return has_ref(parse_type(tj))
+    except FormatError:
+        return False
+
+
 def build_image(skeleton: Skeleton) -> tuple[bytes, list[str]]:
     """The HDF5 file of ``skeleton`` as bytes, and what it leaves out
     (``skeleton.left_out`` and what could not be written)."""
@@ -533,19 +590,19 @@ def build_image(skeleton: Skeleton) -> tuple[bytes, list[str]]:
     fid = h5f.create(name, h5f.ACC_TRUNC, fapl=fapl)
     with h5py.File(fid) as f:
         writer = _Writer(skeleton, f)
+        # Embedded elements that are references are written last, when every
+        # object they may point at exists.
+        later = [plan for plan in skeleton.objects
+                 if plan.data is not None and _refers(plan.hdf5)]
+        later_ids = {plan.id for plan in later}
         made: list[ObjPlan] = []
-        for plan in skeleton.objects:
+        for plan in [p for p in skeleton.objects if p.id not in later_ids] + later:
             try:
                 writer.create(plan)
                 made.append(plan)
-            except (Unsupported, FormatError, ValueError, TypeError, RuntimeError) as exc:
+            except _FAILURES as exc:
                 writer.left_out.append(f"{plan.path}: not copied ({exc})")
         writer.links()
-        for plan in made:
-            try:
-                writer.fill(plan)
-            except (Unsupported, FormatError, ValueError, TypeError, RuntimeError) as exc:
-                writer.left_out.append(f"{plan.path}: data not copied ({exc})")
         for plan in made:
             writer.attributes(plan)
         for plan in made:

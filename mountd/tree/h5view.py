@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -113,12 +114,16 @@ class H5Views:
             return data
         done = self._building[key] = trio.Event()
         try:
+            started = time.monotonic()
             planner = _Planner(self, domain)
             skeleton = await planner.plan()
+            planned = time.monotonic()
             async with self._thread:
                 data, left_out = await trio.to_thread.run_sync(build_image, skeleton)
-            log.info("built the HDF5 view of %s: %d objects, %d bytes, %d left out",
-                     domain.path or "/", len(skeleton.objects), len(data), len(left_out))
+            log.info("built the HDF5 view of %s: %d objects, %d bytes, %d left out; "
+                     "%.2f s reading metadata, %.2f s writing", domain.path or "/",
+                     len(skeleton.objects), len(data), len(left_out), planned - started,
+                     time.monotonic() - planned)
             for line in left_out:
                 log.info("HDF5 view of %s leaves out %s", domain.path or "/", line)
             self._keep(key, _Image(data, planner.seen))
@@ -159,6 +164,8 @@ class _Planner:
         self._attrs: list[tuple[ObjPlan, AnyObject]] = []
         #: Embedded datasets whose elements may hold references, resolved last.
         self._refs: list[ObjPlan] = []
+        #: Datasets left out (over ``h5view_inline``).
+        self._dropped: set[str] = set()
 
     async def plan(self) -> Skeleton:
         root = root_path(self.domain)
@@ -179,6 +186,9 @@ class _Planner:
                           for a in obj.attrs]
         for plan in self._refs:
             plan.data = [await self._value(v) for v in plan.data or ()]
+        if self._dropped:
+            self.skeleton.objects = [p for p in self.skeleton.objects
+                                     if p.id not in self._dropped]
         return self.skeleton
 
     def _add(self, op: ObjPath, obj: AnyObject, parent: str | None, name: str) -> ObjPlan:
@@ -248,9 +258,7 @@ class _Planner:
         t = parse_type(ds.type.hdf5)
         count = math.prod(ds.shape)
         if count * _ELEMENT_BYTES > self.inline_left:
-            self.skeleton.left_out.append(
-                f"{op.h5path}: {count} elements would pass h5view_inline="
-                f"{self.views.inline}")
+            self._drop(plan, f"{count} elements would pass h5view_inline={self.views.inline}")
             return
         ctx = ObjectContext(self.tree, op, ds)
         values = (await read_array(ctx, ds)).reshape(-1)
@@ -260,12 +268,16 @@ class _Planner:
             elements = list(values)
         size = sum(_nbytes(v) for v in elements)
         if size > self.inline_left:
-            self.skeleton.left_out.append(
-                f"{op.h5path}: {size} bytes would pass h5view_inline={self.views.inline}")
+            self._drop(plan, f"{size} bytes would pass h5view_inline={self.views.inline}")
             return
         self.inline_left -= size
         plan.data = elements
         self._refs.append(plan)
+
+    def _drop(self, plan: ObjPlan, reason: str) -> None:
+        """Leave a dataset out of the skeleton, saying why."""
+        self.skeleton.left_out.append(f"{plan.path}: {reason}")
+        self._dropped.add(plan.id)
 
     async def _value(self, value: Any) -> Any:
         """A model value with its object references as ``PlanRef``s."""

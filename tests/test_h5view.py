@@ -1,0 +1,367 @@
+"""The ``D.h5`` file view of every domain of the test bucket, read by tools no one here wrote.
+
+For each domain the HSDS fixture loads, the mount's ``D.h5`` is read with
+h5py and compared, object by object (links, kinds, attributes, dtypes,
+shapes, fill values, every element, where references lead, dimension
+scales), with h5pyd reading the same domain through a real HSDS. Debian's
+``h5dump`` and ``h5ls -r`` (HDF5 1.10) must read every view, and ``h5diff``
+must find no difference between a view and the file that was hsloaded,
+except where HSDS itself changed the file (named below). The views' external
+storage must lead only to the datasets' ``.npy`` files on this mount.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+
+from tests import h5files
+from tests.conftest import HsdsBucket
+from tests.hsds_server import HsdsServer
+from tests.mounting import mounted
+
+pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.tools]
+
+DOMAINS = sorted(load.domain for load in h5files.LOADS)
+LEFT_OUT = "h5mount_left_out"
+#: What a view leaves out on purpose: external links that lead out of the mount.
+EXPECTED_LEFT_OUT = {
+    "home/admin/links.h5": {"/escape_ext", "/escape_ext_rel", "/ext_missing"},
+}
+#: Objects h5diff finds different from the loaded file because HSDS changed them
+#: (the view shows what HSDS stores, which h5pyd agrees with above): hsload
+#: points external links at domains (the view at their D.h5 views).
+H5DIFF_EXPECTED = {
+    "home/admin/links.h5": {"external link: </ext_data> and </ext_data>",
+                            "external link: </ext_group> and </ext_group>"},
+}
+
+
+#: Datasets whose elements h5pyd 1.0.0 with HSDS 1.0.2 does not read as stored,
+#: compared with the loaded file instead (the mount's own ``.npy`` agrees with
+#: it): h5pyd cannot decode fixed-length UTF-8 strings that are not ASCII
+#: (UnicodeEncodeError), and HSDS serves different elements for chunks that
+#: hsload stored with a shuffle or bitshuffle filter.
+H5PYD_FAULTS = {
+    ("home/admin/types.h5", "/strings/fixed_utf8"),
+    ("home/admin/filters.h5", "/shuffle_only"),
+    ("home/admin/plugins.h5", "/bitshuffle"),
+    ("home/admin/plugins.h5", "/bitshuffle_lz4"),
+}
+
+
+#: Objects h5diff cannot compare besides empty datasets (which it never compares):
+#: hsload stores an attribute of array type as a plain array of its base type.
+H5DIFF_NOT_COMPARABLE = {
+    "home/admin/types.h5": {"Not comparable: <array_attr> is of class H5T_ARRAY and "
+                            "<array_attr> is of class H5T_FLOAT"},
+}
+
+
+#: Longest external file name h5py's ``Dataset.external`` shows (HDF5 keeps it whole).
+H5PY_NAME_MAX = 255
+
+
+def _view(mnt: Path, domain: str) -> Path:
+    return mnt / f"{domain}.h5"
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed (apt-get install hdf5-tools; dev/setup does)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def hsds_reader(hsds_bucket: HsdsBucket, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[HsdsServer]:
+    """A real HSDS serving the fixture's bucket again, for h5pyd to read."""
+    server = HsdsServer(hsds_bucket.root_dir, hsds_bucket.bucket,
+                        log_dir=tmp_path_factory.mktemp("hsds-reader-logs"))
+    with server:
+        yield server
+
+
+# --------------------------------------------------------------------------- canonical form
+
+
+def _canon_dtype(dt: np.dtype[Any]) -> Any:
+    """A dtype as h5py and h5pyd both describe it, metadata included."""
+    enum = h5py.check_enum_dtype(dt)
+    if enum is not None:
+        return ["enum", dt.str, sorted(enum.items())]
+    string = h5py.check_string_dtype(dt)
+    if string is not None:
+        return ["str", string.encoding, string.length]
+    vlen = h5py.check_vlen_dtype(dt)
+    if vlen is not None:
+        return ["vlen", _canon_dtype(vlen)]
+    if h5py.check_ref_dtype(dt) is not None:
+        return ["ref"]
+    if dt.names is not None:
+        assert dt.fields is not None
+        return [[name, _canon_dtype(dt.fields[name][0])] for name in dt.names]
+    if dt.subdtype is not None:
+        return ["array", _canon_dtype(dt.subdtype[0]), list(dt.subdtype[1])]
+    return dt.str
+
+
+def _fixed(dt: np.dtype[Any]) -> bool:
+    """True if a dtype has no variable-length or reference part."""
+    if dt.names is not None:
+        assert dt.fields is not None
+        return all(_fixed(dt.fields[name][0]) for name in dt.names)
+    if dt.subdtype is not None:
+        return _fixed(dt.subdtype[0])
+    return dt.kind != "O"
+
+
+class _Walk:
+    """Every link of a file, breadth first in name order, as comparable values.
+    Objects are named by the first path that reaches them, so references and
+    hard links compare across files whose internal ids differ.
+
+    ``hsds``: the file is h5pyd's, which gives object references as the HSDS
+    id strings they are stored as (a reference dataset as ``S48``): those
+    become references again.
+    """
+
+    def __init__(self, f: Any, hsds: bool = False) -> None:
+        self.f = f
+        self.hsds = hsds
+        self.first: dict[Any, str] = {}
+        self.out: dict[str, Any] = {}
+        raw: list[tuple[str, Any]] = [("/", f["/"])]
+        self.first[self._identity(f["/"])] = "/"
+        queue: deque[tuple[str, Any]] = deque(raw)
+        while queue:
+            path, group = queue.popleft()
+            for name in sorted(group):
+                child = f"{path.rstrip('/')}/{name}"
+                link = group.get(name, getlink=True)
+                kind = type(link).__name__
+                if kind == "SoftLink":
+                    self.out[child] = ["soft", link.path]
+                    continue
+                if kind == "ExternalLink":
+                    self.out[child] = ["external", link.path]
+                    continue
+                obj = group[name]
+                key = self._identity(obj)
+                if key in self.first:
+                    self.out[child] = ["hard", self.first[key]]
+                    continue
+                self.first[key] = child
+                raw.append((child, obj))
+                if isinstance(obj.id, h5py.h5g.GroupID) or type(obj).__name__ == "Group":
+                    queue.append((child, obj))
+        for path, obj in raw:
+            self.out[path] = self._describe(obj)
+
+    @staticmethod
+    def _identity(obj: Any) -> Any:
+        ident = obj.id.id
+        return ident if isinstance(ident, str) else obj.id  # h5pyd: the HSDS id
+
+    def _describe(self, obj: Any) -> Any:
+        attrs = {name: self._value(obj.attrs[name]) for name in obj.attrs
+                 if name != LEFT_OUT}
+        if "REFERENCE_LIST" in attrs:  # the datasets a scale serves, in no set order
+            attrs["REFERENCE_LIST"][2].sort(key=repr)
+        kind = type(obj).__name__
+        if kind == "Group":
+            return ["group", attrs]
+        if kind == "Datatype":
+            return ["datatype", _canon_dtype(obj.dtype), attrs]
+        shape = obj.shape
+        dtype = _canon_dtype(obj.dtype)
+        try:
+            value = None if shape is None else self._value(obj[()])
+        except (UnicodeError, ValueError, TypeError) as exc:  # h5pyd's own faults
+            value = ["unreadable", type(exc).__name__]
+        fill = None if shape is None else self._value(obj.fillvalue)
+        if self.hsds and dtype == ["str", "ascii", 48] and value is not None and \
+                all(v == "" or v[0] == "ref" for v in value[2]):
+            dtype, fill = ["ref"], None
+        if not _fixed(obj.dtype):
+            fill = None  # a variable-length fill is 0, None or "" as the library likes
+        return ["dataset", shape, dtype, fill, value, attrs]
+
+    def _value(self, value: Any) -> Any:
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "surrogateescape")
+        if isinstance(value, str):
+            return ["ref", self.first[value]] if self.hsds and value in self.first else value
+        if isinstance(value, np.ndarray):
+            return ["array", list(value.shape), self._value(value.reshape(-1).tolist())]
+        if isinstance(value, np.generic):
+            return self._value(value.tolist())
+        if isinstance(value, list | tuple):
+            return [self._value(v) for v in value]
+        if type(value).__name__ in ("Reference", "RegionReference"):
+            if not value:
+                return ["ref", None]
+            return ["ref", self.first.get(self._identity(self.f[value]), "unreached")]
+        if isinstance(value, np.void):
+            return [self._value(v) for v in value.tolist()]
+        if type(value).__name__ == "Empty":  # h5py's and h5pyd's own classes
+            return ["empty", _canon_dtype(value.dtype)]
+        return value
+
+
+def _left_out(view: h5py.File) -> set[str]:
+    lines = view.attrs.get(LEFT_OUT)
+    if lines is None:
+        return set()
+    return {str(line).split(":", 1)[0] for line in np.atleast_1d(lines)}
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("domain", DOMAINS)
+def test_view_reads_as_h5pyd(mnt: Path, hsds_reader: HsdsServer, hsds_bucket: HsdsBucket,
+                             domain: str) -> None:
+    import h5pyd  # noqa: PLC0415
+
+    with h5pyd.File("/" + domain, "r", endpoint=hsds_reader.endpoint, username="admin",
+                    password="admin") as remote:
+        want = _Walk(remote, hsds=True).out
+    with h5py.File(_view(mnt, domain), "r") as view:
+        got = _Walk(view).out
+        left_out = _left_out(view)
+    assert left_out == EXPECTED_LEFT_OUT.get(domain, set())
+    for path in left_out:
+        assert want.pop(path)[0] == "external"
+    faults = {path for (d, path) in H5PYD_FAULTS if d == domain}
+    assert {path for path, entry in want.items()
+            if entry[0] == "dataset" and isinstance(entry[4], list)
+            and entry[4][:1] == ["unreadable"]} <= faults
+    if faults:
+        import hdf5plugin  # noqa: F401, PLC0415  (the loaded files use Blosc)
+
+        with h5py.File(hsds_bucket.files[domain], "r") as original:
+            loaded = _Walk(original).out
+        for path in faults:
+            want[path][4] = loaded[path][4]
+    assert sorted(got) == sorted(want)
+    for path, expected in want.items():
+        np.testing.assert_equal(got[path], expected, err_msg=f"{domain}:{path}")
+
+
+def test_external_storage_stays_on_the_mount(mnt: Path) -> None:
+    """Every external file of every view is the dataset's own ``.npy`` on this
+    mount, at the offset past its NPY header, and reads back the same."""
+    checked = 0
+    for domain in DOMAINS:
+        with h5py.File(_view(mnt, domain), "r") as view:
+            def check(name: str, obj: Any, view: h5py.File = view, domain: str = domain) -> None:
+                nonlocal checked
+                if not isinstance(obj, h5py.Dataset) or not obj.external:
+                    return
+                [(file, offset, size)] = obj.external
+                npy = Path(file)  # the .npy of the first path that reaches the dataset
+                if len(file) >= H5PY_NAME_MAX:  # h5py cuts the name it shows us
+                    [npy] = [p for p in npy.parent.iterdir()
+                             if p.name.startswith(npy.name) and p.name.endswith(".npy")]
+                assert npy.name.endswith(".npy") and npy.is_relative_to(mnt / domain)
+                assert os.path.realpath(npy) == str(npy), (domain, name, file)
+                array = np.load(npy, mmap_mode="r")
+                assert offset == os.path.getsize(npy) - array.nbytes
+                assert size == array.nbytes
+                np.testing.assert_array_equal(obj[()], array)
+                checked += 1
+            view.visititems(check)
+    assert checked > 50
+
+
+def test_every_view_opens_in_hdf5_tools(mnt: Path) -> None:
+    h5dump, h5ls = _tool("h5dump"), _tool("h5ls")
+    for domain in DOMAINS:
+        view = _view(mnt, domain)
+        dumped = subprocess.run([h5dump, str(view)], check=False, capture_output=True,
+                                text=True, errors="replace", timeout=120)
+        assert dumped.returncode == 0 and not dumped.stderr, (domain, dumped.stderr[-2000:])
+        assert "DATASET" in dumped.stdout
+        listed = subprocess.run([h5ls, "-r", str(view)], check=False, capture_output=True,
+                                text=True, errors="replace", timeout=120)
+        assert listed.returncode == 0 and not listed.stderr, (domain, listed.stderr[-2000:])
+
+
+def test_h5diff_finds_the_loaded_file(mnt: Path, hsds_bucket: HsdsBucket) -> None:
+    """``h5diff`` of each view against the file hsloaded into it: no difference
+    but those HSDS made. The originals use Blosc, which Debian's HDF5 reads
+    through the plugins hdf5plugin ships."""
+    import hdf5plugin  # noqa: PLC0415
+
+    h5diff = _tool("h5diff")
+    env = {**os.environ, "HDF5_PLUGIN_PATH": hdf5plugin.PLUGINS_PATH}
+    for domain, source in hsds_bucket.domains():
+        done = subprocess.run([h5diff, str(source), str(_view(mnt, domain))],
+                              check=False, capture_output=True, text=True, env=env,
+                              timeout=300)
+        lines = {line for line in done.stdout.splitlines() if line.strip()}
+        expected = H5DIFF_EXPECTED.get(domain, set())
+        assert done.returncode == (1 if expected else 0), (domain, done.stdout, done.stderr)
+        assert {line for line in lines if line.startswith(("external link:", "dataset:",
+                                                           "attribute:", "group:"))} \
+            == expected, domain
+        for line in lines:
+            if line.startswith("Not comparable"):
+                assert line.endswith("is an empty dataset") or \
+                    line in H5DIFF_NOT_COMPARABLE.get(domain, ()), (domain, line)
+
+
+def test_view_size_is_exact_for_cp_and_tar(mnt: Path, tmp_path: Path) -> None:
+    """``cp`` and ``tar`` trust ``st_size``: they copy every byte of each view."""
+    for domain in DOMAINS:
+        view = _view(mnt, domain)
+        data = view.read_bytes()
+        assert view.stat().st_size == len(data)
+        assert view.name in os.listdir(view.parent)
+        copy = tmp_path / "copy.h5"
+        subprocess.run(["cp", str(view), str(copy)], check=True)
+        assert copy.read_bytes() == data
+    archive = tmp_path / "views.tar"
+    subprocess.run(["tar", "-cf", str(archive), "-C", str(mnt / "home/admin"),
+                    *(Path(d).name + ".h5" for d in DOMAINS)], check=True)
+    out = tmp_path / "untar"
+    out.mkdir()
+    subprocess.run(["tar", "-xf", str(archive), "-C", str(out)], check=True)
+    for domain in DOMAINS:
+        assert (out / (Path(domain).name + ".h5")).read_bytes() == _view(mnt, domain).read_bytes()
+
+
+def test_inline_cap_leaves_out_and_says_why(hsds_bucket: HsdsBucket, tmp_path: Path) -> None:
+    """Past ``-o h5view_inline`` variable-length datasets are left out, each named
+    in the root attribute; the rest of the file still reads."""
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    with mounted(hsds_bucket.bucket_dir, mp, "-o", "h5view_inline=64"), \
+            h5py.File(mp / "home/admin/types.h5.h5", "r") as view:
+        lines = [str(line) for line in view.attrs[LEFT_OUT]]
+        assert any(line.startswith("/strings/") and "h5view_inline=64" in line
+                   for line in lines), lines
+        for line in lines:
+            assert line.split(":", 1)[0] not in view
+        assert view["misc/enum"][()].tolist() == [0, 1, 42, 1]
+
+
+def test_view_off(hsds_bucket: HsdsBucket, tmp_path: Path) -> None:
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    with mounted(hsds_bucket.bucket_dir, mp, "-o", "h5view=off"):
+        names = os.listdir(mp / "home/admin")
+        assert "types.h5" in names and "types.h5.json" in names
+        assert not [n for n in names if n.endswith(".h5.h5")]
+        assert not (mp / "home/admin/types.h5.h5").exists()
