@@ -45,7 +45,7 @@ import orjson
 from h5py import h5a, h5d, h5ds, h5f, h5o, h5p, h5r, h5s, h5t
 
 from layouts.errors import FormatError
-from layouts.h5types import HType, parse_type
+from layouts.h5types import HType, parsed_type
 from layouts.model import LinkKind, ObjectKind
 
 #: The root attribute that lists what the skeleton leaves out, and why.
@@ -141,6 +141,11 @@ class Skeleton:
 # --------------------------------------------------------------------------- types
 
 
+def _parse(tj: Any) -> HType:
+    """The parsed type JSON (kept per distinct JSON by ``layouts.h5types``)."""
+    return parsed_type(tj)[0]
+
+
 def has_ref(t: HType) -> bool:
     """True if the type holds an object or region reference anywhere."""
     if t.cls in ("ref", "regionref"):
@@ -155,7 +160,7 @@ def external_ok(tj: Any) -> bool:
     fixed-size and free of references (HSDS keeps a reference as an id string,
     HDF5 as an address)."""
     try:
-        t = parse_type(tj)
+        t = _parse(tj)
     except FormatError:
         return False
     return t.dtype is not None and not has_ref(t)
@@ -166,7 +171,7 @@ def file_type(tj: Any) -> h5t.TypeID:
     padding and character set, enum members, opaque tag, and for a compound
     the packed field offsets its chunk files use."""
     try:
-        return _type_id(tj, parse_type(tj))
+        return _type_id(tj, _parse(tj))
     except FormatError as exc:
         raise Unsupported(str(exc)) from exc
 
@@ -182,7 +187,7 @@ def _type_id(tj: Any, t: HType) -> h5t.TypeID:
         return h5t.py_create(t.dtype)
     if cls == "enum":
         base = _sub(tj, "base")
-        enum = h5t.enum_create(_type_id(base, parse_type(base)))
+        enum = h5t.enum_create(_type_id(base, _parse(base)))
         for name, value in t.members.items():
             enum.enum_insert(name.encode("utf-8"), value)
         return enum
@@ -327,6 +332,14 @@ class _Writer:
         self.left_out = list(skeleton.left_out)
         self.types: dict[bytes, h5t.TypeID] = {}
         self.paths = {plan.id: plan.path for plan in skeleton.objects}
+        #: Link properties of names that are not ASCII (one list serves every link).
+        self.lcpl = h5p.create(h5p.LINK_CREATE)
+        self.lcpl.set_char_encoding(h5t.CSET_UTF8)
+
+    def lcpl_for(self, name: bytes) -> Any:
+        """Link properties for ``name``: marked UTF-8 unless it is ASCII (the
+        mark costs as much as a quarter of making a dataset)."""
+        return self.lcpl if not name.isascii() else None
 
     def type_of(self, tj: Any) -> h5t.TypeID:
         """``file_type(tj)``, made once per distinct type JSON of the build."""
@@ -404,7 +417,7 @@ class _Writer:
             return
         parent = self.ids[plan.parent]
         name = plan.name.encode("utf-8", "surrogateescape")
-        lcpl = _lcpl()
+        lcpl = self.lcpl_for(name)
         if plan.kind is ObjectKind.GROUP:
             gcpl = h5p.create(h5p.GROUP_CREATE)
             gcpl.set_obj_track_times(False)
@@ -433,7 +446,7 @@ class _Writer:
             dcpl.set_external(ext.file.encode("utf-8", "surrogateescape"), ext.offset, ext.size)
         if plan.fill is not None and any(plan.fill):  # HDF5's default fill is zeros
             try:
-                dtype = _fill_dtype(parse_type(plan.hdf5))
+                dtype = _fill_dtype(_parse(plan.hdf5))
                 dcpl.set_fill_value(np.frombuffer(plan.fill, dtype=dtype).reshape(()))
             except (ValueError, TypeError, RuntimeError, FormatError) as exc:
                 self.left_out.append(f"{plan.path}: fill value not kept ({exc})")
@@ -444,7 +457,7 @@ class _Writer:
         """A dataset with its elements written, or none at all: the elements
         are converted before it is made, and it is unlinked if writing fails."""
         assert plan.data is not None
-        t = parse_type(plan.hdf5)
+        t = _parse(plan.hdf5)
         arr = self.array(t, plan.shape or (), plan.data)
         dsid = self.dataset(parent, name, lcpl, plan)
         try:
@@ -485,7 +498,7 @@ class _Writer:
         if shape is None:
             h5a.create(oid, name, tid, h5s.create(h5s.NULL))
             return
-        t = parse_type(tj)
+        t = _parse(tj)
         arr = self.array(t, shape, flatten(value, shape))
         space = h5s.create(h5s.SCALAR) if shape == () else h5s.create_simple(shape)
         made = h5a.create(oid, name, tid, space)
@@ -520,7 +533,7 @@ class _Writer:
             if group is None:
                 continue
             name = link.name.encode("utf-8", "surrogateescape")
-            lcpl = _lcpl()
+            lcpl = self.lcpl_for(name)
             if link.kind is LinkKind.HARD:
                 target = self.ids.get(link.target)
                 if target is None:
@@ -558,12 +571,6 @@ def _fill_dtype(t: HType) -> np.dtype[Any]:
     return t.dtype
 
 
-def _lcpl() -> Any:
-    lcpl = h5p.create(h5p.LINK_CREATE)
-    lcpl.set_char_encoding(h5t.CSET_UTF8)
-    return lcpl
-
-
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
@@ -575,7 +582,7 @@ _FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyE
 
 def _refers(tj: Any) -> bool:
     try:
-        return has_ref(parse_type(tj))
+        return has_ref(_parse(tj))
     except FormatError:
         return False
 

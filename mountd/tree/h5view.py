@@ -53,9 +53,18 @@ from layouts.h5image import (
     build_image,
     external_ok,
 )
-from layouts.h5types import parse_type
+from layouts.h5types import parsed_type
 from layouts.hsds_ids import BadId, normalize_id
-from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, LinkKind, ObjectRef
+from layouts.model import (
+    AnyObject,
+    Dataset,
+    Datatype,
+    Domain,
+    Group,
+    Link,
+    LinkKind,
+    ObjectRef,
+)
 from layouts.npy import npy_header
 from mountd.errors import MountError, NotFound
 from mountd.nodes import FileHandle, FileNode, NodeType, Stat
@@ -178,7 +187,7 @@ class _Planner:
                 self.domain, [link.target for link in group.links.values()
                               if link.kind is LinkKind.HARD and link.target not in self.first])
             for name, link in group.links.items():
-                child = await self._link(op, name, link)
+                child = await self._link(op, group, name, link)
                 if child is not None:
                     queue.append(child)
         for plan, obj in self._attrs:
@@ -199,7 +208,8 @@ class _Planner:
         self._attrs.append((plan, obj))
         return plan
 
-    async def _link(self, op: ObjPath, name: str, link: Any) -> tuple[ObjPath, Group] | None:
+    async def _link(self, op: ObjPath, group: Group, name: str, link: Link
+                    ) -> tuple[ObjPath, Group] | None:
         group_id = op.id
         if link.kind is LinkKind.SOFT:
             self.skeleton.links.append(LinkPlan(group_id, name, LinkKind.SOFT, link.target))
@@ -220,12 +230,12 @@ class _Planner:
         if isinstance(obj, Datatype):
             plan.hdf5 = obj.type.hdf5
         elif isinstance(obj, Dataset):
-            await self._dataset(child, obj, plan, name)
+            await self._dataset(child, obj, plan, group)
         elif isinstance(obj, Group):
             return child, obj
         return None
 
-    async def _external(self, op: ObjPath, name: str, link: Any) -> None:
+    async def _external(self, op: ObjPath, name: str, link: Link) -> None:
         where = f"{op.h5path.rstrip('/')}/{name}"
         try:
             domain = await self.tree.links.external_domain(self.domain, link)
@@ -238,15 +248,14 @@ class _Planner:
         self.skeleton.links.append(LinkPlan(op.id, name, LinkKind.EXTERNAL, link.target,
                                             self.views.location(domain)))
 
-    async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan, name: str) -> None:
+    async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan, parent: Group) -> None:
         tj = ds.type.hdf5
         plan.hdf5, plan.shape = tj, ds.shape
         if ds.fill_value is not None and external_ok(tj):
             plan.fill = ds.fill_bytes()
         if ds.shape is None or math.prod(ds.shape) == 0:
             return
-        parent = await self.tree.group(op.parent)
-        if external_ok(tj) and name + ".npy" not in parent.links:
+        if external_ok(tj) and op.names[-1] + ".npy" not in parent.links:
             location = self.tree.places.file_location(op, ".npy")
             plan.external = External(self.views.path_of(location), len(npy_header(ds)),
                                      math.prod(ds.shape) * ds.type.itemsize)
@@ -255,7 +264,7 @@ class _Planner:
 
     async def _embed(self, op: ObjPath, ds: Dataset, plan: ObjPlan) -> None:
         assert ds.shape is not None
-        t = parse_type(ds.type.hdf5)
+        t = parsed_type(ds.type.hdf5)[0]
         count = math.prod(ds.shape)
         if count * _ELEMENT_BYTES > self.inline_left:
             self._drop(plan, f"{count} elements would pass h5view_inline={self.views.inline}")
