@@ -445,13 +445,16 @@ class _Writer:
             ext = plan.external
             dcpl.set_external(ext.file.encode("utf-8", "surrogateescape"), ext.offset, ext.size)
         if plan.fill is not None and any(plan.fill):  # HDF5's default fill is zeros
+            filled = dcpl.copy()
             try:
                 dtype = _fill_dtype(_parse(plan.hdf5))
-                dcpl.set_fill_value(np.frombuffer(plan.fill, dtype=dtype).reshape(()))
+                filled.set_fill_value(np.frombuffer(plan.fill, dtype=dtype).reshape(()))
+                return h5d.create(parent, name, tid, space, dcpl=filled, lcpl=lcpl)
             except (ValueError, TypeError, RuntimeError, FormatError) as exc:
+                # HDF5 converts the fill to the file type, and has no conversion
+                # between string character sets: such a fill is not kept.
                 self.left_out.append(f"{plan.path}: fill value not kept ({exc})")
-        dsid = h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
-        return dsid
+        return h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
 
     def embedded(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
         """A dataset with its elements written, or none at all: the elements

@@ -1,0 +1,206 @@
+"""``layouts.h5image``: skeleton plans written as HDF5 files, read back with h5py.
+
+No mount: each test builds a plan by hand (as ``mountd.tree.h5view`` would),
+writes it with ``build_image`` and opens the bytes with h5py, checking what
+a user of the ``D.h5`` view relies on: types as stored, external storage,
+embedded variable-length data, references, links of every kind, dimension
+scales, fill values, and that whatever cannot be written is named in the
+root attribute, never written half.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from layouts.h5image import (
+    LEFT_OUT_ATTR,
+    AttrPlan,
+    External,
+    LinkPlan,
+    ObjPlan,
+    PlanRef,
+    Skeleton,
+    Unsupported,
+    build_image,
+    infer,
+)
+from layouts.model import LinkKind, ObjectKind
+
+I4 = {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"}
+F8BE = {"class": "H5T_FLOAT", "base": "H5T_IEEE_F64BE"}
+VSTR = {"class": "H5T_STRING", "charSet": "H5T_CSET_UTF8", "length": "H5T_VARIABLE"}
+REF = {"class": "H5T_REFERENCE", "base": "H5T_STD_REF_OBJ"}
+ENUM = {"class": "H5T_ENUM", "base": {"class": "H5T_INTEGER", "base": "H5T_STD_I16LE"},
+        "members": [{"name": "RED", "value": 3}, {"name": "BLUE", "value": 7}]}
+
+
+def _root(*attrs: AttrPlan) -> ObjPlan:
+    return ObjPlan(id="g-root", kind=ObjectKind.GROUP, parent=None, name="", path="/",
+                   attrs=list(attrs))
+
+
+def _open(skeleton: Skeleton) -> tuple[h5py.File, list[str]]:
+    data, left_out = build_image(skeleton)
+    return h5py.File(io.BytesIO(data), "r"), left_out
+
+
+def test_infer_gives_h5py_types() -> None:
+    assert infer("text") == (infer("x")[0], ())
+    assert infer(3) == ("H5T_STD_I64LE", ())
+    assert infer([[1, 2.5], [3, 4]]) == ("H5T_IEEE_F64LE", (2, 2))
+    assert infer([True, False])[1] == (2,)
+    assert infer(PlanRef("g-1"))[0]["class"] == "H5T_REFERENCE"
+    with pytest.raises(Unsupported):
+        infer([[1, 2], [3]])
+    with pytest.raises(Unsupported):
+        infer([1, "a"])
+    with pytest.raises(Unsupported):
+        infer({"a": 1})
+
+
+def test_external_storage_reads_the_npy(tmp_path: Path) -> None:
+    array = np.arange(60, dtype=">f8").reshape(3, 20)
+    npy = tmp_path / "d.npy"
+    np.save(npy, array)
+    offset = npy.stat().st_size - array.nbytes
+    scalar = tmp_path / "s.npy"
+    np.save(scalar, np.array(7, dtype="<i4"))
+    skeleton = Skeleton([
+        _root(),
+        ObjPlan(id="d-1", kind=ObjectKind.DATASET, parent="g-root", name="d", path="/d",
+                hdf5=F8BE, shape=(3, 20), fill=np.array(-1.5, ">f8").tobytes(),
+                external=External(str(npy), offset, array.nbytes)),
+        ObjPlan(id="d-2", kind=ObjectKind.DATASET, parent="g-root", name="s", path="/s",
+                hdf5=I4, shape=(), external=External(str(scalar), 128, 4)),
+        ObjPlan(id="d-3", kind=ObjectKind.DATASET, parent="g-root", name="null", path="/null",
+                hdf5=I4, shape=None),
+    ])
+    f, left_out = _open(skeleton)
+    assert left_out == []
+    assert f["d"].dtype == np.dtype(">f8") and f["d"].fillvalue == -1.5
+    np.testing.assert_array_equal(f["d"][1:3, 5:9], array[1:3, 5:9])
+    assert f["s"][()] == 7
+    assert f["null"].shape is None
+
+
+def test_types_attributes_and_fill_values_as_stored() -> None:
+    fixed = {"class": "H5T_STRING", "charSet": "H5T_CSET_UTF8", "length": 6,
+             "strPad": "H5T_STR_NULLTERM"}
+    compound = {"class": "H5T_COMPOUND", "fields": [
+        {"name": "a", "type": I4}, {"name": "b", "type": fixed},
+        {"name": "c", "type": {"class": "H5T_ARRAY", "dims": [2], "base": F8BE}}]}
+    skeleton = Skeleton([
+        _root(AttrPlan("fixed", "héllo", fixed, ()),
+              AttrPlan("compound", [[1, "x", [0.5, 1.5]], [2, "yz", [2.5, 3.5]]], compound, (2,)),
+              AttrPlan("enum", [3, 7, 7], ENUM, (3,)),
+              AttrPlan("inferred", [[1.0, 2.0]]),
+              AttrPlan("null", None, I4, None),
+              AttrPlan("region", None, {"class": "H5T_REFERENCE",
+                                        "base": "H5T_STD_REF_DSETREG"}, ())),
+        ObjPlan(id="t-1", kind=ObjectKind.DATATYPE, parent="g-root", name="colour",
+                path="/colour", hdf5=ENUM),
+        ObjPlan(id="d-1", kind=ObjectKind.DATASET, parent="g-root", name="e", path="/e",
+                hdf5=ENUM, shape=(0,), fill=np.array(7, "<i2").tobytes()),
+        ObjPlan(id="d-2", kind=ObjectKind.DATASET, parent="g-root", name="s", path="/s",
+                hdf5=fixed, shape=(0,), fill=b"ab\0\0\0\0"),
+    ])
+    f, left_out = _open(skeleton)
+    assert f.attrs["fixed"] == "héllo".encode()
+    tid = f.attrs.get_id("fixed").get_type()
+    assert tid.get_strpad() == h5py.h5t.STR_NULLTERM and tid.get_cset() == h5py.h5t.CSET_UTF8
+    got = f.attrs["compound"]
+    assert got.dtype.names == ("a", "b", "c") and got["a"].tolist() == [1, 2]
+    assert got["b"].tolist() == [b"x", b"yz"] and got["c"].tolist() == [[0.5, 1.5], [2.5, 3.5]]
+    assert h5py.check_enum_dtype(f.attrs.get_id("enum").dtype) == {"RED": 3, "BLUE": 7}
+    assert f.attrs["enum"].tolist() == [3, 7, 7]
+    assert f.attrs["inferred"].dtype == np.float64 and f.attrs["inferred"].shape == (1, 2)
+    assert isinstance(f.attrs["null"], h5py.Empty)
+    assert h5py.check_enum_dtype(f["colour"].dtype) == {"RED": 3, "BLUE": 7}
+    assert f["e"].fillvalue == 7
+    # HDF5 converts no fill between character sets: a UTF-8 string keeps no fill.
+    assert f["s"].fillvalue == b"" and f["s"].dtype == h5py.string_dtype("utf-8", 6)
+    assert [line.split(" (")[0] for line in left_out] == [
+        "/s: fill value not kept", "/: attribute 'region' not copied"]
+    assert list(f.attrs[LEFT_OUT_ATTR]) == left_out
+
+
+def test_embedded_data_references_and_links() -> None:
+    vlen_compound = {"class": "H5T_COMPOUND", "fields": [
+        {"name": "n", "type": I4}, {"name": "s", "type": VSTR}]}
+    skeleton = Skeleton(
+        objects=[
+            _root(AttrPlan("refs", [PlanRef("d-s"), PlanRef(None), PlanRef("g-sub")], REF, (3,))),
+            ObjPlan(id="g-sub", kind=ObjectKind.GROUP, parent="g-root", name="sub", path="/sub"),
+            ObjPlan(id="d-s", kind=ObjectKind.DATASET, parent="g-sub", name="s", path="/sub/s",
+                    hdf5=VSTR, shape=(2,), data=["\u03b1", ""]),
+            ObjPlan(id="d-r", kind=ObjectKind.DATASET, parent="g-root", name="r", path="/r",
+                    hdf5=REF, shape=(2,), data=[PlanRef("g-sub"), None]),
+            ObjPlan(id="d-c", kind=ObjectKind.DATASET, parent="g-root", name="c", path="/c",
+                    hdf5=vlen_compound, shape=(2,), data=[[1, "one"], [2, "two"]]),
+            ObjPlan(id="d-v", kind=ObjectKind.DATASET, parent="g-root", name="v", path="/v",
+                    hdf5={"class": "H5T_VLEN", "base": I4}, shape=(2,),
+                    data=[np.array([1, 2, 3]), np.array([], dtype="<i4")]),
+        ],
+        links=[
+            LinkPlan("g-sub", "up", LinkKind.HARD, "g-root"),
+            LinkPlan("g-root", "alias", LinkKind.HARD, "d-s"),
+            LinkPlan("g-root", "soft", LinkKind.SOFT, "/sub/s"),
+            LinkPlan("g-root", "ext", LinkKind.EXTERNAL, "/x", "/mnt/other.h5.h5"),
+        ])
+    f, left_out = _open(skeleton)
+    assert left_out == []
+    assert f["sub/s"].asstr()[()].tolist() == ["\u03b1", ""]
+    refs = f.attrs["refs"]
+    assert f[refs[0]] == f["sub/s"] and not refs[1] and f[refs[2]] == f["sub"]
+    assert f[f["r"][0]] == f["sub"] and not f["r"][1]
+    assert [(int(n), s) for n, s in f["c"][()].tolist()] == [(1, b"one"), (2, b"two")]
+    assert [v.tolist() for v in f["v"][()]] == [[1, 2, 3], []]
+    assert f["sub/up"] == f["/"] and f["alias"] == f["sub/s"]
+    assert f.get("soft", getlink=True).path == "/sub/s"
+    ext = f.get("ext", getlink=True)
+    assert (ext.filename, ext.path) == ("/mnt/other.h5.h5", "/x")
+
+
+def test_dimension_scales_are_attached_again(tmp_path: Path) -> None:
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.arange(4, dtype="<i4"))
+    scale_attrs = [AttrPlan("CLASS", "DIMENSION_SCALE"), AttrPlan("NAME", "x"),
+                   AttrPlan("REFERENCE_LIST", "stale, rewritten by the library")]
+    ext = External(str(npy), 128, 16)
+    skeleton = Skeleton([
+        _root(),
+        ObjPlan(id="d-x", kind=ObjectKind.DATASET, parent="g-root", name="x", path="/x",
+                hdf5=I4, shape=(4,), external=ext, attrs=scale_attrs),
+        ObjPlan(id="d-t", kind=ObjectKind.DATASET, parent="g-root", name="t", path="/t",
+                hdf5=I4, shape=(4,), external=ext,
+                attrs=[AttrPlan("DIMENSION_LIST", [[PlanRef("d-x")]])]),
+    ])
+    f, left_out = _open(skeleton)
+    assert left_out == []
+    assert f["x"].is_scale
+    assert [s.name for s in f["t"].dims[0].values()] == ["/x"]
+    assert list(f["t"].dims[0].keys()) == ["x"]
+
+
+def test_what_cannot_be_written_is_left_out_whole() -> None:
+    region = {"class": "H5T_REFERENCE", "base": "H5T_STD_REF_DSETREG"}
+    skeleton = Skeleton(
+        objects=[
+            _root(),
+            ObjPlan(id="d-bad", kind=ObjectKind.DATASET, parent="g-root", name="bad",
+                    path="/bad", hdf5=VSTR, shape=(3,), data=["only", "two"]),
+            ObjPlan(id="d-reg", kind=ObjectKind.DATASET, parent="g-root", name="reg",
+                    path="/reg", hdf5=region, shape=(1,), data=[None]),
+        ],
+        links=[LinkPlan("g-root", "to_bad", LinkKind.HARD, "d-bad")],
+        left_out=["/planned: said by the planner"])
+    f, left_out = _open(skeleton)
+    assert "bad" not in f and "reg" not in f and "to_bad" not in f
+    paths = [line.split(":", 1)[0] for line in left_out]
+    assert paths == ["/planned", "/bad", "/reg", "/to_bad"]
+    assert [str(v) for v in f.attrs[LEFT_OUT_ATTR]] == left_out
