@@ -3,8 +3,8 @@ Consistency): a real HSDS rewrites chunks and objects of a mounted bucket
 through h5pyd, and after ``metadata_ttl`` every read that starts later sees the
 new bytes: chunk files, ``.npy`` (also through the kernel's page cache, which
 the mount drops for files whose chunks were read again), sizes of
-variable-length chunk files, sidecars and listings. On a local bucket and on
-S3 (HSDS storing on moto).
+variable-length chunk files, sidecars, listings and the domain's ``D.h5``.
+On a local bucket and on S3 (HSDS storing on moto).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import h5py
 import h5pyd
 import numpy as np
 import pytest
@@ -79,6 +80,10 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     old_size = os.stat(root / "s/0").st_size
     assert old_size == len((root / "s/0").read_bytes())
     assert "added" not in os.listdir(root)
+    view = root.parent / f"{root.name}.h5"
+    with h5py.File(view, "r") as f:  # the file view, built and kept now
+        assert f["d"][50:60].tolist() == list(range(50, 60))
+        assert "added" not in f and "version" not in f["d"].attrs
 
     _rewrite(server)
     time.sleep(SETTLE)
@@ -96,6 +101,11 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     assert np.load(root / "added.npy").tolist() == [0, 1, 2]
     with _open(server, "r") as f:
         np.testing.assert_array_equal(np.load(root / "d.npy"), f["d"][...])
+    with h5py.File(view, "r") as f:  # built again from the new metadata
+        assert f["d"][50:60].tolist() == list(range(1000, 1010))
+        assert f["d"].attrs["version"] == 2 and f["added"][()].tolist() == [0, 1, 2]
+        assert f["s"][0].decode() == "a much longer value 0"
+    assert os.stat(view).st_size == len(view.read_bytes())
 
 
 def test_local_bucket_follows_a_live_hsds(tmp_path: Path) -> None:
