@@ -29,7 +29,7 @@ from tests.conftest import HsdsBucket
 from tests.hsds_server import HsdsServer
 from tests.mounting import mounted
 
-pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.tools]
+pytestmark = [pytest.mark.mount, pytest.mark.hsds]
 
 DOMAINS = sorted(load.domain for load in h5files.LOADS)
 LEFT_OUT = "h5mount_left_out"

@@ -51,6 +51,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from layouts.hsds_ids import parse_id
 from tests import h5files
 from tests.h5compare import LinkInfo, mount_file, walk_links
 from tests.hsds_server import HsdsServer, hsds_node_available
@@ -174,14 +175,19 @@ def nc_describe(path: Path) -> dict[str, Any]:
 
 
 def nc_differences(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """What netCDF4 reads differently from the view (``got``) than from the original,
+    orders aside (``nc_orders``): the same dimensions, in order, and variables and
+    attributes of the same names, types and values."""
     problems = [f"{key}: {want[key]!r} in the original, {got[key]!r} in the view"
-                for key in ("data_model", "groups", "dimensions", "variable_names")
+                for key in ("data_model", "groups", "dimensions")
                 if want[key] != got[key]]
+    if set(want["variables"]) != set(got["variables"]):
+        problems.append(f"variables {sorted(want['variables'])} vs {sorted(got['variables'])}")
     problems += attribute_differences("global", want["attributes"], got["attributes"])
     for name, var in want["variables"].items():
         other = got["variables"].get(name)
         if other is None:
-            continue  # variable_names said it
+            continue
         for key in ("dimensions", "dtype", "shape"):
             if var[key] != other[key]:
                 problems.append(f"{name}: {key} {var[key]!r} vs {other[key]!r}")
@@ -194,11 +200,37 @@ def nc_differences(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
 
 def attribute_differences(where: str, want: list[tuple[str, Any]],
                           got: list[tuple[str, Any]]) -> list[str]:
-    """Attributes (name, value) in order: the same names, order, types and values."""
-    if [n for n, _ in want] != [n for n, _ in got]:
-        return [f"{where}: attributes {[n for n, _ in want]} vs {[n for n, _ in got]}"]
-    return [f"{where}: attribute {name} = {a!r} vs {b!r}"
-            for (name, a), (_, b) in zip(want, got, strict=True) if not same_value(a, b)]
+    """Attributes (name, value), in any order: the same names, types and values."""
+    a, b = dict(want), dict(got)
+    if a.keys() != b.keys():
+        return [f"{where}: attributes {sorted(a)} vs {sorted(b)}"]
+    return [f"{where}: attribute {name} = {a[name]!r} vs {b[name]!r}"
+            for name in a if not same_value(a[name], b[name])]
+
+
+def nc_orders(desc: dict[str, Any]) -> dict[str, list[str]]:
+    """The orders netCDF lists things in: variables (``""``), global attributes
+    (``"/"``) and each variable's attributes (by its name)."""
+    orders = {"": desc["variable_names"], "/": [n for n, _ in desc["attributes"]]}
+    orders |= {name: [n for n, _ in var["attributes"]]
+               for name, var in desc["variables"].items()}
+    return orders
+
+
+def domain_sidecar(view: Path, h5path: str) -> dict[str, Any]:
+    """The mount's sidecar of ``h5path`` in the domain whose view is ``view``."""
+    domain_dir = view.with_name(view.name.removesuffix(VIEW_SUFFIX))
+    if h5path == "/":
+        return json.loads(domain_dir.with_name(f"{domain_dir.name}.json").read_text())
+    return json.loads((domain_dir / mount_file(h5path, ".json")).read_text())
+
+
+def hsds_link_order(bucket_dir: Path, domain: str) -> list[str]:
+    """The links of ``domain``'s root group in the order HSDS made them (their
+    ``created`` times in HSDS's own group JSON)."""
+    root = json.loads((bucket_dir / domain / ".domain.json").read_text())["root"]
+    links = json.loads((bucket_dir / parse_id(root).json_key()).read_text())["links"]
+    return sorted(links, key=lambda name: links[name]["created"])
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +241,7 @@ def netcdf_pair(mnt: Path, hsds_bucket: Any) -> tuple[Path, Path]:
 
 @pytest.mark.mount
 @pytest.mark.hsds
-def test_netcdf4_reads_view_as_original(netcdf_pair: tuple[Path, Path]) -> None:
+def test_netcdf4_reads_view_as_original(netcdf_pair: tuple[Path, Path], hsds_bucket: Any) -> None:
     original, view = netcdf_pair
     want, got = nc_describe(original), nc_describe(view)
     # The comparison is not vacuous: the original is the netCDF file h5files wrote.
@@ -220,6 +252,33 @@ def test_netcdf4_reads_view_as_original(netcdf_pair: tuple[Path, Path]) -> None:
         {"grid_mapping_name": "latitude_longitude"}
     problems = nc_differences(want, got)
     assert not problems, "\n".join(problems)
+    check_hsds_orders(hsds_bucket.bucket_dir, NETCDF_DOMAIN, view, want, got)
+
+
+def check_hsds_orders(bucket_dir: Path, domain: str, view: Path, want: dict[str, Any],
+                      got: dict[str, Any]) -> None:
+    """The orders netCDF lists variables and attributes in: the original's where
+    HSDS kept it, else the named exceptions, each checked against HSDS's record.
+
+    HSDS_LINK_ORDER: hsload makes a group's links in name order (h5py lists them
+    so), so HSDS's ``created`` times, and the view, put the variables in name
+    order, not the original's creation order.
+
+    HSDS_ATTRIBUTE_ORDER: HSDS keeps an object's attributes as a JSON object in
+    the order their requests arrived (hsload sends them concurrently: the order
+    changes from one load to the next; their ``created`` times keep the true
+    one). The mount's sidecar lists them in that order, and so does the view.
+    """
+    want_orders, got_orders = nc_orders(want), nc_orders(got)
+    made = [name for name in hsds_link_order(bucket_dir, domain) if name in want["variables"]]
+    assert made == sorted(made)
+    assert got_orders[""] == made, "variables are not in HSDS's order"
+    for key, names in got_orders.items():
+        if key == "":
+            continue
+        side = domain_sidecar(view, "/" + key.strip("/"))["attributes"]
+        assert names == [n for n in side if n in names], f"{key or '/'}: not the sidecar's order"
+        assert sorted(names) == sorted(want_orders[key])
 
 
 #: Variable encodings the view must keep (the others, such as ``source``,
@@ -658,12 +717,6 @@ def records_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
         server.flush_and_verify(RECORDS_DOMAIN, source)
     with mounted(server.bucket_dir, base / "mnt") as mp:
         yield source, mp / f"{RECORDS_DOMAIN}{VIEW_SUFFIX}"
-
-
-def domain_sidecar(view: Path, h5path: str) -> dict[str, Any]:
-    """The mount's sidecar of ``h5path`` in the domain whose view is ``view``."""
-    domain_dir = view.with_name(view.name.removesuffix(VIEW_SUFFIX))
-    return json.loads((domain_dir / mount_file(h5path, ".json")).read_text())
 
 
 @pytest.mark.mount

@@ -2,7 +2,7 @@
 
 The S3 buckets are key-for-key copies of the session's POSIX bucket, so the
 S3 mount must show exactly the local mount: every name, type, size, mode,
-time, symlink, xattr and byte. Faults are injected by a real HTTP proxy in
+time, symlink, xattr and byte (each domain's ``D.h5`` as h5dump reads it). Faults are injected by a real HTTP proxy in
 front of moto (``tests/faultproxy.py``): retried faults must not change a
 byte, permanent ones give EIO within ``-o timeout``, and a slow server still
 gains from readahead. A bucket HSDS wrote onto S3 itself is compared with
@@ -66,9 +66,20 @@ def snapshot(root: Path) -> dict[str, tuple]:
             if stat.S_ISDIR(st.st_mode):
                 seen[rel] = (*common, xattrs)
                 pending.append(path)
+            elif path.name.endswith(".h5.h5"):
+                # A domain's file view names its .npy files by the mount's own
+                # path, so its size and bytes differ between mounts: compare
+                # what h5dump reads through it.
+                seen[rel] = (*common[:2], *common[3:], xattrs, h5dump(path))
             else:
                 seen[rel] = (*common, xattrs, read_file(path))
     return seen
+
+
+def h5dump(path: Path) -> str:
+    done = subprocess.run(["h5dump", path.name], cwd=path.parent, capture_output=True,
+                          text=True, errors="replace", check=False, timeout=300)
+    return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
 
 
 def read_file(path: Path) -> bytes | str:
