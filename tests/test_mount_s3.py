@@ -2,10 +2,11 @@
 
 The S3 buckets are key-for-key copies of the session's POSIX bucket, so the
 S3 mount must show exactly the local mount: every name, type, size, mode,
-time, symlink, xattr and byte (each domain's ``D.h5`` as h5dump reads it). Faults are injected by a real HTTP proxy in
-front of moto (``tests/faultproxy.py``): retried faults must not change a
-byte, permanent ones give EIO within ``-o timeout``, and a slow server still
-gains from readahead. A bucket HSDS wrote onto S3 itself is compared with
+time, symlink, xattr and byte (each domain's ``D.h5`` as h5dump reads it).
+Faults are injected by a real HTTP proxy in front of moto
+(``tests/faultproxy.py``): retried faults must not change a byte, permanent
+ones give EIO within ``-o timeout``, and a slow server still gains from
+readahead. A bucket HSDS wrote onto S3 itself is compared with
 h5py. SIGHUP rereads the credentials of a profile: the proxy's record shows
 which access key signed each request (its ``Authorization`` header), and a
 credentials file gone at the SIGHUP leaves the old key in use with a warning.
