@@ -111,6 +111,8 @@ class ObjPlan:
     attrs: list[AttrPlan] = field(default_factory=list)
     hdf5: Any = None
     shape: tuple[int, ...] | None = ()
+    #: Largest shape, None for an unlimited dimension (None: the shape).
+    maxshape: tuple[int | None, ...] | None = None
     fill: bytes | None = None
     external: External | None = None
     data: list[Any] | None = None
@@ -433,28 +435,47 @@ class _Writer:
 
     def dataset(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
         tid = self.type_of(plan.hdf5)
-        if plan.shape is None:
-            space = h5s.create(h5s.NULL)
-        elif plan.shape == ():
-            space = h5s.create(h5s.SCALAR)
-        else:
-            space = h5s.create_simple(plan.shape)
         dcpl = h5p.create(h5p.DATASET_CREATE)
         dcpl.set_obj_track_times(False)  # halves the cost of a dataset; no time is real
-        if plan.external is not None:
-            ext = plan.external
-            dcpl.set_external(ext.file.encode("utf-8", "surrogateescape"), ext.offset, ext.size)
+        space = self.space(plan, dcpl)
         if plan.fill is not None and any(plan.fill):  # HDF5's default fill is zeros
             filled = dcpl.copy()
             try:
-                dtype = _fill_dtype(_parse(plan.hdf5))
-                filled.set_fill_value(np.frombuffer(plan.fill, dtype=dtype).reshape(()))
+                filled.set_fill_value(_fill_array(_parse(plan.hdf5), plan.fill))
                 return h5d.create(parent, name, tid, space, dcpl=filled, lcpl=lcpl)
             except (ValueError, TypeError, RuntimeError, FormatError) as exc:
-                # HDF5 converts the fill to the file type, and has no conversion
-                # between string character sets: such a fill is not kept.
                 self.left_out.append(f"{plan.path}: fill value not kept ({exc})")
         return h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
+
+    def space(self, plan: ObjPlan, dcpl: Any) -> Any:
+        """The dataspace of a dataset, and its storage in ``dcpl``.
+
+        An extendible dataset keeps its ``maxshape``: with external storage
+        HDF5 allows that for the first dimension alone (the external file
+        then has no set size); embedded and empty ones are chunked, in one
+        chunk. Any other ``maxshape`` is noted as not kept.
+        """
+        ext = plan.external
+        if plan.shape is None:
+            return h5s.create(h5s.NULL)
+        if plan.shape == ():
+            if ext is not None:
+                dcpl.set_external(_bytes(ext.file), ext.offset, ext.size)
+            return h5s.create(h5s.SCALAR)
+        shape, maxshape = plan.shape, plan.maxshape or plan.shape
+        maxdims = tuple(h5s.UNLIMITED if m is None else m for m in maxshape)
+        if ext is None:
+            if maxshape != shape:
+                dcpl.set_chunk(tuple(max(1, n) for n in shape))
+            return h5s.create_simple(shape, maxdims)
+        if maxshape != shape and maxshape[1:] == shape[1:]:
+            dcpl.set_external(_bytes(ext.file), ext.offset, h5f.UNLIMITED)
+            return h5s.create_simple(shape, maxdims)
+        if maxshape != shape:
+            self.left_out.append(f"{plan.path}: maxshape {list(maxshape)} not kept (HDF5 "
+                                 "extends external storage along the first dimension only)")
+        dcpl.set_external(_bytes(ext.file), ext.offset, ext.size)
+        return h5s.create_simple(shape)
 
     def embedded(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
         """A dataset with its elements written, or none at all: the elements
@@ -555,11 +576,24 @@ class _Writer:
                                             lcpl=lcpl)
 
 
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _fill_array(t: HType, fill: bytes) -> np.ndarray:
+    """One fill element, for h5py's ``set_fill_value``, which converts it to
+    the file type. A string goes as a variable-length one (h5py stores the
+    address of a fixed-size string given alone, and HDF5 converts no fixed
+    string between character sets); others in ``_fill_dtype``."""
+    if t.cls == "string":
+        return np.array(fill.rstrip(b"\0"), dtype=h5py.string_dtype(
+            "utf-8" if t.utf8 else "ascii"))
+    return np.frombuffer(fill, dtype=_fill_dtype(t)).reshape(())
+
+
 def _fill_dtype(t: HType) -> np.dtype[Any]:
     """The dtype to give h5py a fill value of a fixed-size type in: one h5py
-    turns into the same HDF5 type, as HDF5 converts no integer to an enum.
-    (h5py's string dtypes with an encoding are not used: h5py stores a
-    pointer for them; a plain ``S<n>`` converts to any fixed string.)"""
+    turns into the same HDF5 type, as HDF5 converts no integer to an enum."""
     assert t.dtype is not None
     if t.cls == "enum" and not t.is_bool:
         return h5py.enum_dtype(dict(t.members), basetype=t.dtype)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -122,10 +123,8 @@ def test_types_attributes_and_fill_values_as_stored() -> None:
     assert isinstance(f.attrs["null"], h5py.Empty)
     assert h5py.check_enum_dtype(f["colour"].dtype) == {"RED": 3, "BLUE": 7}
     assert f["e"].fillvalue == 7
-    # HDF5 converts no fill between character sets: a UTF-8 string keeps no fill.
-    assert f["s"].fillvalue == b"" and f["s"].dtype == h5py.string_dtype("utf-8", 6)
-    assert [line.split(" (")[0] for line in left_out] == [
-        "/s: fill value not kept", "/: attribute 'region' not copied"]
+    assert f["s"].fillvalue == b"ab" and f["s"].dtype == h5py.string_dtype("utf-8", 6)
+    assert left_out == ["/: attribute 'region' not copied (region references are not copied)"]
     assert list(f.attrs[LEFT_OUT_ATTR]) == left_out
 
 
@@ -204,3 +203,29 @@ def test_what_cannot_be_written_is_left_out_whole() -> None:
     paths = [line.split(":", 1)[0] for line in left_out]
     assert paths == ["/planned", "/bad", "/reg", "/to_bad"]
     assert [str(v) for v in f.attrs[LEFT_OUT_ATTR]] == left_out
+
+
+def test_extendible_datasets_keep_maxshape(tmp_path: Path) -> None:
+    """HDF5 extends external storage along the first dimension only: that
+    maxshape is kept, another is noted; embedded and empty datasets are chunked."""
+    npy = tmp_path / "d.npy"
+    np.save(npy, np.arange(6, dtype="<i4").reshape(2, 3))
+    ext = External(str(npy), 128, 24)
+
+    def dataset(name: str, **kw: Any) -> ObjPlan:
+        return ObjPlan(id=f"d-{name}", kind=ObjectKind.DATASET, parent="g-root", name=name,
+                       path=f"/{name}", hdf5=kw.pop("hdf5", I4), **kw)
+
+    skeleton = Skeleton([
+        _root(),
+        dataset("rows", shape=(2, 3), maxshape=(None, 3), external=ext),
+        dataset("cols", shape=(2, 3), maxshape=(2, None), external=ext),
+        dataset("empty", shape=(0, 3), maxshape=(None, None)),
+        dataset("text", hdf5=VSTR, shape=(2,), maxshape=(10,), data=["a", "b"]),
+    ])
+    f, left_out = _open(skeleton)
+    assert f["rows"].maxshape == (None, 3) and f["rows"][1].tolist() == [3, 4, 5]
+    assert f["cols"].maxshape == (2, 3) and f["cols"][()].sum() == 15
+    assert f["empty"].maxshape == (None, None) and f["empty"].shape == (0, 3)
+    assert f["text"].maxshape == (10,) and f["text"].asstr()[()].tolist() == ["a", "b"]
+    assert [line.split(" (")[0] for line in left_out] == ["/cols: maxshape [2, None] not kept"]

@@ -27,8 +27,7 @@ files opened the same way:
 
 A difference that the source format causes, not the view, is a named
 exception (``LINDI_*``), each checked against what the mount's own sidecar
-says. A difference that is a bug of the view fails with a message that starts
-with ``BUG``.
+says.
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ import xarray as xr
 
 from layouts.hsds_ids import parse_id
 from tests import h5files
+from tests.conftest import HsdsBucket
 from tests.h5compare import LinkInfo, mount_file, walk_links
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.lindi_files import lindi_available, write_lindi
@@ -140,11 +140,6 @@ def type_signature(dtype: np.dtype[Any]) -> tuple[Any, ...]:
 # --------------------------------------------------------------------------- netCDF
 
 
-def nc_value(value: Any) -> Any:
-    """An attribute or variable value as netCDF4 returns it, comparable by ``same_value``."""
-    return np.ma.asarray(value) if isinstance(value, np.ma.MaskedArray) else value
-
-
 def nc_variable(var: netCDF4.Variable) -> dict[str, Any]:
     var.set_auto_maskandscale(True)
     masked = var[...]
@@ -155,8 +150,8 @@ def nc_variable(var: netCDF4.Variable) -> dict[str, Any]:
         "dtype": var.dtype,
         "shape": var.shape,
         "attributes": [(name, var.getncattr(name)) for name in var.ncattrs()],
-        "masked": nc_value(masked),
-        "raw": nc_value(raw),
+        "masked": masked,
+        "raw": raw,
     }
 
 
@@ -234,14 +229,15 @@ def hsds_link_order(bucket_dir: Path, domain: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def netcdf_pair(mnt: Path, hsds_bucket: Any) -> tuple[Path, Path]:
+def netcdf_pair(mnt: Path, hsds_bucket: HsdsBucket) -> tuple[Path, Path]:
     """(the netCDF-4 file hsloaded as ``NETCDF_DOMAIN``, its view on the mount)."""
     return hsds_bucket.files[NETCDF_DOMAIN], mnt / f"{NETCDF_DOMAIN}{VIEW_SUFFIX}"
 
 
 @pytest.mark.mount
 @pytest.mark.hsds
-def test_netcdf4_reads_view_as_original(netcdf_pair: tuple[Path, Path], hsds_bucket: Any) -> None:
+def test_netcdf4_reads_view_as_original(netcdf_pair: tuple[Path, Path],
+                                        hsds_bucket: HsdsBucket) -> None:
     original, view = netcdf_pair
     want, got = nc_describe(original), nc_describe(view)
     # The comparison is not vacuous: the original is the netCDF file h5files wrote.
@@ -370,7 +366,6 @@ def need_tool(name: str) -> str:
     return path
 
 
-@pytest.mark.mount
 @pytest.mark.tools
 def test_lindi_still_refuses_the_other_files(tmp_path: Path) -> None:
     """``LINDI_REFUSES`` stays true: lindi fails on each other file, for its reason."""
@@ -575,12 +570,13 @@ def test_h5view_off_hides_root_h5(lindi_views: dict[str, LindiView], tmp_path: P
 
 @pytest.mark.mount
 @pytest.mark.hsds
-def test_h5view_off_hides_domain_views(hsds_bucket: Any, tmp_path: Path) -> None:
+def test_h5view_off_hides_domain_views(hsds_bucket: HsdsBucket, tmp_path: Path) -> None:
     folder, domain = NETCDF_DOMAIN.rsplit("/", 1)
     with mounted(hsds_bucket.bucket_dir, tmp_path / "off", "-o", "h5view=off") as mp:
         names = os.listdir(mp / folder)
         assert domain in names and f"{domain}.json" in names
-        assert not [n for n in names if n.endswith(VIEW_SUFFIX) and n[:-3] in names]
+        assert not [n for n in names
+                    if n.endswith(VIEW_SUFFIX) and n.removesuffix(VIEW_SUFFIX) in names]
         with pytest.raises(FileNotFoundError) as gone:
             os.stat(mp / folder / f"{domain}{VIEW_SUFFIX}")
         assert gone.value.errno == errno.ENOENT
@@ -638,7 +634,7 @@ def check_copy(tool: str, view: Path, dest: Path) -> None:
 @pytest.mark.mount
 @pytest.mark.hsds
 @pytest.mark.parametrize("tool", sorted(COPIERS))
-def test_copy_of_domain_view(tool: str, hsds_bucket: Any, tmp_path: Path) -> None:
+def test_copy_of_domain_view(tool: str, hsds_bucket: HsdsBucket, tmp_path: Path) -> None:
     with mounted(hsds_bucket.bucket_dir, tmp_path / "mp") as mp:
         check_copy(tool, mp / f"{NETCDF_DOMAIN}{VIEW_SUFFIX}", tmp_path / "copy")
 
@@ -736,12 +732,10 @@ def test_record_dimension_survives(records_pair: tuple[Path, Path]) -> None:
         got, error = nc_describe(view), None
     except RuntimeError as exc:  # netCDF: "Start+count exceeds dimension bound"
         got, error = None, exc
-    # BUG (layouts/h5image.py _Writer.dataset, mountd/tree/h5view.py _Planner._dataset):
-    # every dataset is made with maxdims = dims (h5s.create_simple(plan.shape); the
-    # plan has no maxshape), so the record dimension becomes a fixed one, and netCDF
-    # cannot read w, a record variable shorter than the dimension.
+    # A view that made the record dimension a fixed one (maxshape = shape) would
+    # leave netCDF unable to read w, a record variable shorter than the dimension.
     assert not lost and error is None, (
-        f"BUG: the view loses maxshape (original, view): {lost}; netCDF4 then "
+        f"the view loses maxshape (original, view): {lost}; netCDF4 then "
         + (f"fails reading it: {error}" if error is not None else
            f"reads the dimensions {got['dimensions'] if got else None}"))
     assert got is not None
@@ -761,8 +755,6 @@ def test_fixed_string_fill_values_survive(records_pair: tuple[Path, Path]) -> No
     with h5py.File(original, "r") as a, h5py.File(view, "r") as b:
         differ = {name: (a[name].fillvalue, b[name].fillvalue) for name in a
                   if not same_value(a[name].fillvalue, b[name].fillvalue)}
-    # BUG (layouts/h5image.py _Writer.dataset): a non-zero fill value of a fixed-length
-    # string type goes to h5py's dcpl.set_fill_value as an 'S<n>' array, and h5py
-    # (3.16, h5p.pyx) treats every string dtype, 'S<n>' included, as a C string:
-    # it passes the address of a char pointer, so the fill is the pointer's bytes.
-    assert not differ, f"BUG: fill values (original, view): {differ}"
+    # h5py (3.16) stores the address of a fixed-length string fill given as 'S<n>':
+    # the view gives it as a variable-length string (layouts.h5image._fill_array).
+    assert not differ, f"fill values (original, view): {differ}"

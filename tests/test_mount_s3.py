@@ -71,16 +71,21 @@ def snapshot(root: Path) -> dict[str, tuple]:
                 # A domain's file view names its .npy files by the mount's own
                 # path, so its size and bytes differ between mounts: compare
                 # what h5dump reads through it.
-                seen[rel] = (*common[:2], *common[3:], xattrs, h5dump(path))
+                seen[rel] = (*common[:2], *common[3:], xattrs, h5dump(path, root))
             else:
                 seen[rel] = (*common, xattrs, read_file(path))
     return seen
 
 
-def h5dump(path: Path) -> str:
+def h5dump(path: Path, mount: Path) -> str:
+    """What h5dump reads through a file view, with what names this mount and
+    its file layout in it (external link targets, the file addresses that
+    h5dump prints for object references) spelled the same for every mount."""
     done = subprocess.run(["h5dump", path.name], cwd=path.parent, capture_output=True,
                           text=True, errors="replace", check=False, timeout=300)
-    return f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+    text = f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+    text = text.replace(f'"{mount}/', '"MOUNT/')
+    return re.sub(r"\b(DATASET|GROUP|DATATYPE) \d+ ", r"\1 ADDRESS ", text)
 
 
 def read_file(path: Path) -> bytes | str:

@@ -250,7 +250,7 @@ class _Planner:
 
     async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan, parent: Group) -> None:
         tj = ds.type.hdf5
-        plan.hdf5, plan.shape = tj, ds.shape
+        plan.hdf5, plan.shape, plan.maxshape = tj, ds.shape, ds.maxshape
         if ds.fill_value is not None and external_ok(tj):
             plan.fill = ds.fill_bytes()
         if ds.shape is None or math.prod(ds.shape) == 0:
