@@ -531,25 +531,39 @@ class _Writer:
         else:
             made.write(arr)
 
-    def scales(self, plan: ObjPlan) -> None:
-        """Attach the dimension scales a dataset's ``DIMENSION_LIST`` names."""
-        for attr in plan.attrs:
-            if attr.name != "DIMENSION_LIST" or plan.kind is not ObjectKind.DATASET:
+    def scales(self, made: list[ObjPlan]) -> None:
+        """Attach the dimension scales the datasets' ``DIMENSION_LIST``s name,
+        in the order of the scales' stored ``REFERENCE_LIST``s (which the
+        library writes in attaching order), then any others."""
+        wanted: dict[tuple[str, str, int], str] = {}  # (dataset, scale, dim) -> path
+        for plan in made:
+            for attr in plan.attrs:
+                if attr.name != "DIMENSION_LIST" or plan.kind is not ObjectKind.DATASET:
+                    continue
+                for index, refs in enumerate(attr.value if isinstance(attr.value, list) else []):
+                    for ref in refs if isinstance(refs, list) else [refs]:
+                        scale = ref.target if isinstance(ref, PlanRef) else None
+                        if scale is None or scale not in self.ids:
+                            self.left_out.append(f"{plan.path}: dimension {index} scale "
+                                                 "does not resolve")
+                        else:
+                            wanted[plan.id, scale, index] = plan.path
+        order: list[tuple[str, str, int]] = []
+        for plan in made:
+            for attr in plan.attrs:
+                if attr.name == "REFERENCE_LIST" and isinstance(attr.value, list):
+                    order += [(entry[0].target, plan.id, entry[1]) for entry in attr.value
+                              if isinstance(entry, list) and len(entry) == 2
+                              and isinstance(entry[0], PlanRef)]
+        for key in [k for k in order if k in wanted] + list(wanted):
+            path = wanted.pop(key, None)
+            if path is None:
                 continue
-            dims = attr.value if isinstance(attr.value, list) else []
-            for index, refs in enumerate(dims):
-                for ref in refs if isinstance(refs, list) else [refs]:
-                    scale = self.ids.get(ref.target) if isinstance(ref, PlanRef) and \
-                        ref.target is not None else None
-                    if scale is None:
-                        self.left_out.append(f"{plan.path}: dimension {index} scale "
-                                             "does not resolve")
-                        continue
-                    try:
-                        h5ds.attach_scale(self.ids[plan.id], scale, index)
-                    except (ValueError, RuntimeError, KeyError) as exc:
-                        self.left_out.append(f"{plan.path}: dimension {index} scale "
-                                             f"not attached ({exc})")
+            dataset, scale, index = key
+            try:
+                h5ds.attach_scale(self.ids[dataset], self.ids[scale], index)
+            except (ValueError, RuntimeError, KeyError) as exc:
+                self.left_out.append(f"{path}: dimension {index} scale not attached ({exc})")
 
     def links(self) -> None:
         for link in self.skeleton.links:
@@ -649,8 +663,7 @@ def build_image(skeleton: Skeleton) -> tuple[bytes, list[str]]:
         writer.links()
         for plan in made:
             writer.attributes(plan)
-        for plan in made:
-            writer.scales(plan)
+        writer.scales(made)
         if writer.left_out:
             f.attrs.create(LEFT_OUT_ATTR, writer.left_out, dtype=h5py.string_dtype())
         f.flush()
