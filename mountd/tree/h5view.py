@@ -80,8 +80,11 @@ log = logging.getLogger(__name__)
 SUFFIX = ".h5"
 #: Default ``-o h5view_inline``: most bytes of variable-length data embedded.
 DEFAULT_INLINE = 64 << 20
-#: Most bytes of images kept (at least the newest one is always kept).
+#: Most bytes of images (and of the objects they were made from) kept; the
+#: newest one is always kept.
 IMAGE_BUDGET = 256 << 20
+#: Rough bytes one model object kept with an image costs.
+_OBJECT_BYTES = 1024
 #: Bytes one embedded reference, or the bookkeeping of one embedded element, counts.
 _ELEMENT_BYTES = 8
 
@@ -91,6 +94,12 @@ class _Image:
     data: bytes
     #: The objects the image was planned from, as (id, object).
     seen: list[tuple[str, AnyObject]]
+
+    @property
+    def cost(self) -> int:
+        """Bytes charged to ``IMAGE_BUDGET``: the image, and the objects it
+        keeps alive past the metadata cache's own budget."""
+        return len(self.data) + _OBJECT_BYTES * len(self.seen)
 
 
 class H5Views:
@@ -144,12 +153,12 @@ class H5Views:
     def _keep(self, key: Hashable, image: _Image) -> None:
         old = self._images.pop(key, None)
         if old is not None:
-            self._used -= len(old.data)
+            self._used -= old.cost
         self._images[key] = image
-        self._used += len(image.data)
+        self._used += image.cost
         while self._used > IMAGE_BUDGET and len(self._images) > 1:
             _, dropped = self._images.popitem(last=False)
-            self._used -= len(dropped.data)
+            self._used -= dropped.cost
 
     def location(self, domain: Domain) -> str:
         """The absolute path of ``domain``'s view in the mount."""
