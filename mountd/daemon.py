@@ -321,8 +321,7 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     cache = ChunkCache(config.chunk_cache)
     catalog = CachedCatalog(source.catalog, ttl=config.metadata_ttl)
     tree = Tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
-    if config.h5view:
-        tree.h5views = H5Views(tree, os.path.abspath(config.mountpoint), config.h5view_inline)
+    tree.h5views = H5Views.for_mount(tree, config)
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
                      acls=acl_policy(config))
     reporter = stats.Reporter(config, ops, tree, catalog, source.block_cache)

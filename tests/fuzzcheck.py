@@ -56,6 +56,7 @@ from mountd.names import display_name
 from mountd.nodes import DirNode, FileNode, Node, SymlinkNode
 from mountd.sources import open_source
 from mountd.tree import Tree
+from mountd.tree.h5view import H5Views
 from tests.fuzzgen import HsdsDomain
 from tests.h5compare import expected_json, h5_normpath, mount_rel, walk_links
 
@@ -68,6 +69,8 @@ SUFFIXES = ("", ".json", ".npy")
 #: Files every group directory has of its own.
 OWN_FILES = (".zattrs", ".zgroup")
 ROOT_SIDECAR = ".root.json"
+#: The file view of a mount whose root is a root group (``mountd.tree.h5view``).
+ROOT_H5 = ".root.h5"
 
 
 @dataclass
@@ -157,6 +160,7 @@ async def tree_snapshot(config: MountConfig, timeout: float = 60.0) -> Snapshot:
                 cache = ChunkCache(1 << 20, nursery)
                 tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl),
                             views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
+                tree.h5views = H5Views.for_mount(tree, config)
                 if source.block_cache is not None:
                     source.block_cache.nursery = nursery
                 try:
@@ -460,7 +464,7 @@ class Checker:
             else:
                 want.add(shown)
         taken = {display_name(n, s) for n in links for s in SUFFIXES}
-        own = set(OWN_FILES) | ({ROOT_SIDECAR} if mount_root else set())
+        own = set(OWN_FILES) | ({ROOT_SIDECAR, ROOT_H5} if mount_root else set())
         want |= own - taken
         got = set(entry.names)
         missing = want - got

@@ -188,7 +188,7 @@ def compare_with_hsds(lindi_root: Path, hsds_root: Path, hsds_sidecar: Path) -> 
         parent = str(Path(rel).parent)
         return parent in grid_differs and not Path(rel).name.startswith(".")
 
-    names_a = {r for r in a if not chunk_of_other_grid(r)} - {".root.json"}
+    names_a = {r for r in a if not chunk_of_other_grid(r)} - {".root.json", ".root.h5"}
     names_b = {r for r in b if not chunk_of_other_grid(r)}
     if names_a != names_b:
         problems.append(f"names only in LINDI {sorted(names_a - names_b)[:10]}, "

@@ -72,6 +72,7 @@ from mountd.tree.paths import InDomain, ObjPath, root_path
 from mountd.tree.viewctx import ObjectContext
 
 if TYPE_CHECKING:
+    from mountd.config import MountConfig
     from mountd.tree.core import Tree
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,13 @@ class H5Views:
         self._used = 0
         self._building: dict[Hashable, trio.Event] = {}
         self._thread = trio.CapacityLimiter(1)
+
+    @classmethod
+    def for_mount(cls, tree: Tree, config: MountConfig) -> H5Views | None:
+        """The views of a mount as ``config`` says (None: ``-o h5view=off``)."""
+        if not config.h5view:
+            return None
+        return cls(tree, os.path.abspath(config.mountpoint), config.h5view_inline)
 
     def kept(self, domain: Domain) -> bytes | None:
         """The image of ``domain`` if everything it came from is current."""
