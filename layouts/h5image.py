@@ -371,7 +371,7 @@ class _Writer:
             return bool(value) if t.is_bool else int(value)
         if cls in ("string", "opaque"):
             if isinstance(value, str):
-                return value.encode("utf-8", "surrogateescape")
+                return _bytes(value)
             return b"" if value is None else bytes(value)
         if cls == "compound":
             items = list(value.values()) if isinstance(value, Mapping) else value
@@ -404,7 +404,7 @@ class _Writer:
             if isinstance(value, bytes):
                 return value
             text = "" if value is None else str(value)
-            return text.encode("utf-8", "surrogateescape") if not t.utf8 else text
+            return _bytes(text) if not t.utf8 else text
         if t.cls == "ref":
             return self.ref(value if isinstance(value, PlanRef) else None)
         assert t.base is not None and t.base.dtype is not None
@@ -418,7 +418,7 @@ class _Writer:
             self.ids[plan.id] = self.file["/"].id
             return
         parent = self.ids[plan.parent]
-        name = plan.name.encode("utf-8", "surrogateescape")
+        name = _bytes(plan.name)
         lcpl = self.lcpl_for(name)
         if plan.kind is ObjectKind.GROUP:
             gcpl = h5p.create(h5p.GROUP_CREATE)
@@ -509,7 +509,7 @@ class _Writer:
                 self.left_out.append(f"{plan.path}: attribute {attr.name!r} not copied ({exc})")
         if scale:
             name = next((_text(a.value) for a in plan.attrs if a.name == "NAME"), "")
-            h5ds.set_scale(oid, name.encode("utf-8", "surrogateescape"))
+            h5ds.set_scale(oid, _bytes(name))
 
     def attribute(self, oid: Any, attr: AttrPlan) -> None:
         if attr.hdf5 is None:
@@ -518,7 +518,7 @@ class _Writer:
         else:
             tj, shape, value = attr.hdf5, attr.shape, attr.value
         tid = self.type_of(tj)
-        name = attr.name.encode("utf-8", "surrogateescape")
+        name = _bytes(attr.name)
         if shape is None:
             h5a.create(oid, name, tid, h5s.create(h5s.NULL))
             return
@@ -570,7 +570,7 @@ class _Writer:
             group = self.ids.get(link.group)
             if group is None:
                 continue
-            name = link.name.encode("utf-8", "surrogateescape")
+            name = _bytes(link.name)
             lcpl = self.lcpl_for(name)
             if link.kind is LinkKind.HARD:
                 target = self.ids.get(link.target)
@@ -581,16 +581,17 @@ class _Writer:
                     continue
                 h5o.link(target, group, name, lcpl=lcpl)
             elif link.kind is LinkKind.SOFT:
-                group.links.create_soft(name, link.target.encode("utf-8", "surrogateescape"),
+                group.links.create_soft(name, _bytes(link.target),
                                         lcpl=lcpl)
             else:
                 assert link.file is not None
-                group.links.create_external(name, link.file.encode("utf-8", "surrogateescape"),
-                                            link.target.encode("utf-8", "surrogateescape"),
+                group.links.create_external(name, _bytes(link.file),
+                                            _bytes(link.target),
                                             lcpl=lcpl)
 
 
 def _bytes(text: str) -> bytes:
+    """A name or path for HDF5: UTF-8, undecodable bytes as they came."""
     return text.encode("utf-8", "surrogateescape")
 
 
