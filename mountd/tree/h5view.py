@@ -283,16 +283,20 @@ class _Planner:
         assert ds.shape is not None
         t = parsed_type(ds.type.hdf5)[0]
         count = math.prod(ds.shape)
-        if count * _ELEMENT_BYTES > self.inline_left:
-            self._drop(plan, f"{count} elements would pass h5view_inline={self.views.inline}")
+        least = count * (ds.type.itemsize if ds.type.fixed_size else _ELEMENT_BYTES)
+        if least > self.inline_left:
+            self._drop(plan, f"{least} bytes would pass h5view_inline={self.views.inline}")
             return
         ctx = ObjectContext(self.tree, op, ds)
-        values = (await read_array(ctx, ds)).reshape(-1)
+        array = await read_array(ctx, ds)  # a sub-array type adds its dims after the shape
+        values = array.reshape((count, *array.shape[len(ds.shape):]))
         if t.cls == "ref":
             elements: list[Any] = [_stored_ref(v) for v in values]
+        elif ds.type.fixed_size:  # its .npy name is a real link's: plain values
+            elements = values.tolist()
         else:
             elements = list(values)
-        size = sum(_nbytes(v) for v in elements)
+        size = least if ds.type.fixed_size else sum(_nbytes(v) for v in elements)
         if size > self.inline_left:
             self._drop(plan, f"{size} bytes would pass h5view_inline={self.views.inline}")
             return
