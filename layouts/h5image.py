@@ -381,9 +381,11 @@ class _Writer:
         raise Unsupported(f"{cls} values are not copied")
 
     def array(self, t: HType, shape: tuple[int, ...], elements: list[Any]) -> np.ndarray:
-        """The elements of ``value`` for h5py: a fixed-size type without
+        """``elements`` (C order) for h5py: a fixed-size type without
         references as its raw bytes (``uint8``, written with the file type as
         the memory type, so nothing is converted), others as objects."""
+        if len(elements) != math.prod(shape):  # HDF5 would read past the buffer
+            raise Unsupported(f"{len(elements)} elements for the shape {list(shape)}")
         if t.dtype is not None and not has_ref(t):
             raw = b"".join(np.array(self.native(t, v), dtype=t.dtype).tobytes()
                            for v in elements)
