@@ -348,18 +348,14 @@ def run_cases(ctx: Context, cases: dict[str, Case], extras: dict[str, Extra],
             try:
                 _record(extras, with_retries(
                     ctx, lambda letter=letter, run=run: attempts[letter](run)))
-            except NotAvailable as exc:
+            except BenchError as exc:  # NotAvailable too
                 failed.add(letter)
+                missing = isinstance(exc, NotAvailable)
                 for key in keys:
-                    cases[key].status = "not available"
+                    cases[key].status = "not available" if missing else "error"
                     cases[key].notes.append(str(exc))
-                log.warning("case (%s) not available: %s", letter, exc)
-            except BenchError as exc:
-                failed.add(letter)
-                for key in keys:
-                    cases[key].status = "error"
-                    cases[key].notes.append(str(exc))
-                log.error("case (%s) failed: %s", letter, exc)
+                log.log(logging.WARNING if missing else logging.ERROR, "case (%s) %s: %s",
+                        letter, "not available" if missing else "failed", exc)
     if "b" in letters and "b" not in failed:
         cases["b"].notes.append("the first run's array was checked against the recipe "
                                 "(first and last 1024 rows)")

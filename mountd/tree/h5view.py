@@ -67,7 +67,7 @@ from layouts.model import (
 )
 from layouts.npy import npy_header
 from mountd.errors import MountError, NotFound
-from mountd.nodes import FileHandle, FileNode, NodeType, Stat
+from mountd.nodes import BytesHandle, FileHandle, FileNode, NodeType, Stat
 from mountd.tree.paths import InDomain, ObjPath, root_path
 from mountd.tree.viewctx import ObjectContext
 
@@ -268,11 +268,12 @@ class _Planner:
     async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan, parent: Group) -> None:
         tj = ds.type.hdf5
         plan.hdf5, plan.shape, plan.maxshape = tj, ds.shape, ds.maxshape
-        if ds.fill_value is not None and external_ok(tj):
+        raw = external_ok(tj)  # its chunk files' bytes are HDF5's
+        if ds.fill_value is not None and raw:
             plan.fill = ds.fill_bytes()
         if ds.shape is None or math.prod(ds.shape) == 0:
             return
-        if external_ok(tj) and op.names[-1] + ".npy" not in parent.links:
+        if raw and op.names[-1] + ".npy" not in parent.links:
             location = self.tree.places.file_location(op, ".npy")
             plan.external = External(self.views.path_of(location), len(npy_header(ds)),
                                      math.prod(ds.shape) * ds.type.itemsize)
@@ -353,18 +354,6 @@ def _nbytes(value: Any) -> int:
     return _ELEMENT_BYTES
 
 
-class _ImageHandle(FileHandle):
-    """An open ``D.h5``: slices of the image it was opened on."""
-
-    def __init__(self, data: bytes, *, direct_io: bool, keep_cache: bool) -> None:
-        self._data = memoryview(data)
-        self.direct_io = direct_io
-        self.keep_cache = keep_cache
-
-    async def read(self, offset: int, size: int) -> memoryview:
-        return self._data[offset:offset + size]
-
-
 class H5ViewFile(InDomain, FileNode):
     """``D.h5`` (or ``.root.h5``): the HDF5 file view of one domain."""
 
@@ -384,20 +373,20 @@ class H5ViewFile(InDomain, FileNode):
             raise NotFound(self.op.domain.path)
         return domain
 
-    async def _stat(self, domain: Domain, size: int, exact: bool = True) -> Stat:
+    def _stat(self, domain: Domain, size: int, exact: bool = True) -> Stat:
         mtime, ctime = self.tree.stamps(domain)
         return Stat(NodeType.FILE, size=size, mtime=mtime, ctime=ctime, exact=exact)
 
     async def stat(self) -> Stat:
         domain = await self._domain()
-        return await self._stat(domain, len(await self.views.image(domain)))
+        return self._stat(domain, len(await self.views.image(domain)))
 
     async def listed(self) -> Stat:
         domain = await self._domain()
         kept = self.views.kept(domain)
         if kept is None:
-            return await self._stat(domain, 0, exact=False)
-        return await self._stat(domain, len(kept))
+            return self._stat(domain, 0, exact=False)
+        return self._stat(domain, len(kept))
 
     async def open(self) -> FileHandle:
         """A file built only now is read past the page cache: the kernel may
@@ -405,5 +394,8 @@ class H5ViewFile(InDomain, FileNode):
         domain = await self._domain()
         kept = self.views.kept(domain)
         data = kept if kept is not None else await self.views.image(domain)
-        return _ImageHandle(data, direct_io=kept is None,
-                            keep_cache=self.tree.keep_pages(self.key))
+
+        async def load() -> bytes:
+            return data
+
+        return BytesHandle(load, direct_io=kept is None, keep_cache=self.tree.keep_pages(self.key))
