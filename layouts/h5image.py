@@ -330,7 +330,11 @@ class _Writer:
     def __init__(self, skeleton: Skeleton, f: h5py.File) -> None:
         self.skeleton = skeleton
         self.file = f
+        #: Open groups and datatypes by id. Datasets are closed once made (an
+        #: open one holds its object header: 100,000 of them cost gigabytes)
+        #: and opened again by path when attributes, links or scales need them.
         self.ids: dict[str, Any] = {}
+        self.datasets: set[str] = set()
         self.left_out = list(skeleton.left_out)
         self.types: dict[bytes, h5t.TypeID] = {}
         self.paths = {plan.id: plan.path for plan in skeleton.objects}
@@ -355,7 +359,7 @@ class _Writer:
         return tid
 
     def ref(self, target: PlanRef | None) -> h5r.Reference:
-        oid = None if target is None or target.target is None else self.ids.get(target.target)
+        oid = None if target is None or target.target is None else self.handle(target.target)
         if oid is None:
             return h5r.Reference()
         return h5r.create(oid, b".", h5r.OBJECT)
@@ -430,10 +434,19 @@ class _Writer:
             tid = file_type(plan.hdf5)
             tid.commit(parent, name, lcpl=lcpl)
             self.ids[plan.id] = tid
-        elif plan.data is not None:
-            self.ids[plan.id] = self.embedded(parent, name, lcpl, plan)
         else:
-            self.ids[plan.id] = self.dataset(parent, name, lcpl, plan)
+            if plan.data is not None:
+                self.embedded(parent, name, lcpl, plan)
+            else:
+                self.dataset(parent, name, lcpl, plan)
+            self.datasets.add(plan.id)
+
+    def handle(self, obj_id: str) -> Any:
+        """The open object ``obj_id`` of the image, or None if it was not made."""
+        oid = self.ids.get(obj_id)
+        if oid is None and obj_id in self.datasets:
+            oid = h5o.open(self.file.id, _bytes(self.paths[obj_id]))
+        return oid
 
     def dataset(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
         tid = self.type_of(plan.hdf5)
@@ -499,7 +512,9 @@ class _Writer:
     # -- attributes -------------------------------------------------------------
 
     def attributes(self, plan: ObjPlan) -> None:
-        oid = self.ids[plan.id]
+        if not plan.attrs:
+            return
+        oid = self.handle(plan.id)
         scale = any(a.name == "CLASS" and _text(a.value) == "DIMENSION_SCALE"
                     for a in plan.attrs) and plan.kind is ObjectKind.DATASET
         for attr in plan.attrs:
@@ -545,7 +560,8 @@ class _Writer:
                 for index, refs in enumerate(attr.value if isinstance(attr.value, list) else []):
                     for ref in refs if isinstance(refs, list) else [refs]:
                         scale = ref.target if isinstance(ref, PlanRef) else None
-                        if scale is None or scale not in self.ids:
+                        if scale is None or (scale not in self.ids
+                                             and scale not in self.datasets):
                             self.left_out.append(f"{plan.path}: dimension {index} scale "
                                                  "does not resolve")
                         else:
@@ -563,19 +579,19 @@ class _Writer:
                 continue
             dataset, scale, index = key
             try:
-                h5ds.attach_scale(self.ids[dataset], self.ids[scale], index)
+                h5ds.attach_scale(self.handle(dataset), self.handle(scale), index)
             except (ValueError, RuntimeError, KeyError) as exc:
                 self.left_out.append(f"{path}: dimension {index} scale not attached ({exc})")
 
     def links(self) -> None:
         for link in self.skeleton.links:
-            group = self.ids.get(link.group)
+            group = self.ids.get(link.group)  # groups stay open
             if group is None:
                 continue
             name = _bytes(link.name)
             lcpl = self.lcpl_for(name)
             if link.kind is LinkKind.HARD:
-                target = self.ids.get(link.target)
+                target = self.handle(link.target)
                 if target is None:
                     where = self.paths.get(link.group, "?").rstrip("/")
                     self.left_out.append(f"{where}/{link.name}: a hard link to an object "
