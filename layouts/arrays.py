@@ -39,18 +39,23 @@ def fill_box(dest: np.ndarray, box: Box, chunks: tuple[int, ...],
     """Copy into ``dest`` (the elements of ``box``) the part of every chunk
     inside the box: ``got`` holds each chunk shaped as ``chunks`` (trailing
     dimensions of a sub-array type after them), or None for ``fill``."""
-    start, stop = box
-    for index in chunks_of_box(box, chunks):
-        origin = [i * c for i, c in zip(index, chunks, strict=True)]
-        lo = [max(a, o) for a, o in zip(start, origin, strict=True)]
-        hi = [min(b, o + c) for b, o, c in zip(stop, origin, chunks, strict=True)]
-        dst = tuple(slice(x - a, y - a) for x, y, a in zip(lo, hi, start, strict=True))
+    # Per dimension, each chunk position the box meets with the slice of the box
+    # and of the chunk it covers; a chunk's slices are then one pick per dimension.
+    axes = []
+    for a, b, c in zip(*box, chunks, strict=True):
+        axis = []
+        for i in range(a // c, -(-b // c)):
+            o = i * c
+            lo, hi = max(a, o), min(b, o + c)
+            axis.append((i, slice(lo - a, hi - a), slice(lo - o, hi - o)))
+        axes.append(axis)
+    for picks in itertools.product(*axes):
+        index, dst, src = zip(*picks, strict=True)
         block = got[index]
         if block is None:
             dest[dst] = fill
-            continue
-        dest[dst] = block[tuple(slice(x - o, y - o)
-                                for x, y, o in zip(lo, hi, origin, strict=True))]
+        else:
+            dest[dst] = block[src]
 
 
 def decode_chunk(ds: Dataset, data: bytes) -> np.ndarray:

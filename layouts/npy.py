@@ -13,8 +13,13 @@ are read many chunks per store call, never one task per chunk), and copied
 out with NumPy. When chunks hold whole rows (every dimension but the first is whole,
 as in 1-D datasets of many tiny chunks), each chunk is one C-order run and
 the read is the needed parts of its chunks joined, with no per-chunk NumPy
-work. Chunks that are not stored read as the fill value; a chunk that
-cannot be read fails the reads that need it (EIO) and no others.
+work. Otherwise, when a row (one index of the first dimension) is at most
+``BAND_ROW_BYTES``, a read gathers whole rows, one box: a sequential reader
+gathers a band of the rows its readahead covers too (at most ``BAND_BYTES``,
+cut at a chunk row) and keeps that one band, so most of its reads are a
+slice of it, with no per-chunk work at all. Chunks that are not stored read
+as the fill value; a chunk that cannot be read fails the reads that need it
+(EIO) and no others.
 
 Readahead: each reader has a readahead window from the context (about
 1 MiB at first, doubling while the reads are sequential, up to a quarter of
@@ -31,9 +36,11 @@ Elements are copied as opaque ``V<itemsize>`` items, so every fixed-size
 type (compound, strings, references) is moved byte for byte in the dataset's
 own byte order.
 
-Concurrency: a reader's only mutable state is its readahead window and
-watermark, changed with no ``await`` in between; concurrent reads of one
-reader are safe. The NPY header is memoised with the dataset (``ctx.keep``).
+Concurrency: a reader's only mutable state is its readahead window, its
+watermark and its band, each set with no ``await`` in between; concurrent
+reads of one reader are safe (the last band gathered is the one kept, and a
+band holds the chunks' bytes as read in this period, like the page cache).
+The NPY header is memoised with the dataset (``ctx.keep``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,13 @@ from layouts.viewapi import AHEAD_CHUNKS, FileView, Reader, ViewContext
 
 #: The memo key of a dataset's NPY header.
 HEADER_KEY = "npy-header"
+#: Rows (along the first dimension) at most this large are gathered whole: a
+#: read's elements are then a slice of one box of whole rows, at most two rows
+#: more than it asked for, instead of up to ``2*ndim-1`` boxes.
+BAND_ROW_BYTES = 256 << 10
+#: A sequential reader gathers about this many bytes of whole rows at once and
+#: keeps them for its next reads (one band per reader).
+BAND_BYTES = 8 << 20
 
 
 def npy_dtype_shape(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
@@ -177,6 +191,8 @@ class NpyReader(Reader):
         #: chunk ``k`` along the first dimension is one C-order run of elements.
         self.runs = bool(self.shape) and ds.chunks[1:] == self.shape[1:]
         self._fill_chunk: bytes | None = None
+        #: The band of whole rows gathered last: first row, end row, elements.
+        self._band: tuple[int, int, np.ndarray] | None = None
         self.readahead = ctx.readahead()
         #: First element not yet covered by an accepted prefetch.
         self.prefetched_to = 0
@@ -196,7 +212,7 @@ class NpyReader(Reader):
             self.prefetched_to = e1
         elif self.shape:
             self._prefetch(e1, min(self.elements, e1 + -(-ahead // self.itemsize)), ahead)
-        raw = (await self._elements(e0, e1)).view(np.uint8)
+        raw = (await self._elements(e0, e1, ahead)).view(np.uint8)
         data = memoryview(raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
         return head + bytes(data) if head else data
 
@@ -206,8 +222,23 @@ class NpyReader(Reader):
             self._fill_chunk = np.full(self.ds.chunk_elements, self.fill, self.item).tobytes()
         return self._fill_chunk
 
-    async def _elements(self, e0: int, e1: int) -> np.ndarray:
-        """Elements ``[e0, e1)`` in C order, as a flat array of ``V<itemsize>`` items."""
+    def _band_end(self, r0: int, r1: int, inner: int, ahead: int) -> int:
+        """Where a band of rows from ``r0`` that holds rows up to ``r1`` ends: at
+        most ``ahead`` bytes of rows past ``r1`` and ``BAND_BYTES`` in all, cut at
+        a chunk boundary along the first dimension where that still holds ``r1``
+        (so it needs no chunks of the next chunk row)."""
+        c0 = self.ds.chunks[0]
+        row = inner * self.itemsize
+        end = r0 + max(1, min(BAND_BYTES, (r1 - r0) * row + ahead) // row)
+        aligned = end // c0 * c0
+        b1 = aligned if aligned >= r1 else min(end, -(-r1 // c0) * c0)
+        return min(max(b1, r1), self.shape[0])
+
+    async def _elements(self, e0: int, e1: int, ahead: int) -> np.ndarray:
+        """Elements ``[e0, e1)`` in C order, as a flat array of ``V<itemsize>`` items.
+        ``ahead``: the reader's readahead (0 unless it is sequential); the rows
+        after the read's that it covers may be gathered now and kept for the
+        next reads."""
         if not self.shape:
             out = np.empty(e1 - e0, dtype=self.item)
             data = await self.ctx.chunk(self.ds, (0,))
@@ -215,20 +246,35 @@ class NpyReader(Reader):
             return out
         if self.runs:
             return await self._run_elements(e0, e1)
-        out = np.empty(e1 - e0, dtype=self.item)
-        boxes = list(flat_boxes(self.shape, e0, e1))
-        indices = list(dict.fromkeys(index for box in boxes
-                                     for index in chunks_of_box(box, self.ds.chunks)))
+        inner = self.elements // self.shape[0]
+        r0, r1 = e0 // inner, -(-e1 // inner)
+        band = self._band
+        if band is not None and band[0] <= r0 and r1 <= band[1]:
+            return band[2][e0 - band[0] * inner:e1 - band[0] * inner]
+        if inner * self.itemsize <= BAND_ROW_BYTES or (r0 * inner, r1 * inner) == (e0, e1):
+            b1 = self._band_end(r0, r1, inner, ahead) if ahead else r1
+            rows = await self._gather([((r0, *(0,) * (len(self.shape) - 1)),
+                                        (b1, *self.shape[1:]))])
+            if b1 > r1:
+                self._band = (r0, b1, rows)
+            return rows[e0 - r0 * inner:e1 - r0 * inner]
+        return await self._gather(list(flat_boxes(self.shape, e0, e1)))
+
+    async def _gather(self, boxes: list[Box]) -> np.ndarray:
+        """The elements of ``boxes``, each in C order, joined: a flat array of
+        ``V<itemsize>`` items, from one batch of the chunks they touch."""
         chunks = self.ds.chunks
+        indices = list(dict.fromkeys(index for box in boxes
+                                     for index in chunks_of_box(box, chunks)))
         got = {index: None if data is None else np.frombuffer(data, self.item).reshape(chunks)
                for index, data in zip(indices, await self.ctx.chunks(self.ds, indices),
                                       strict=True)}
+        shapes = [[b - a for a, b in zip(*box, strict=True)] for box in boxes]
+        out = np.empty(sum(math.prod(shape) for shape in shapes), dtype=self.item)
         pos = 0
-        for start, stop in boxes:
-            box_shape = [b - a for a, b in zip(start, stop, strict=True)]
-            count = math.prod(box_shape)
-            fill_box(out[pos:pos + count].reshape(box_shape), (start, stop), chunks, got,
-                     self.fill)
+        for box, shape in zip(boxes, shapes, strict=True):
+            count = math.prod(shape)
+            fill_box(out[pos:pos + count].reshape(shape), box, chunks, got, self.fill)
             pos += count
         return out
 

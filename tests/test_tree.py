@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from layouts import npy
 from layouts.model import (
     AnyObject,
     Attribute,
@@ -288,6 +289,53 @@ def test_flat_boxes_cover_ranges_in_order() -> None:
         joined = np.concatenate(got) if got else np.array([], dtype=int)
         np.testing.assert_array_equal(joined, np.arange(lo, hi))
         assert len(got) <= 2 * len(shape) - 1
+
+
+@pytest.mark.parametrize(("shape", "chunks", "band_row"), [
+    ((37, 29), (8, 5), 256 << 10),      # rows gathered in bands, partial chunks at the edges
+    ((300, 7, 9), (16, 3, 4), 256 << 10),  # 3-D: a row is a 7 x 9 plane
+    ((40, 3000), (7, 512), 1024),       # rows wider than a band row: boxes instead
+    ((64, 16), (64, 16), 256 << 10),    # one chunk
+])
+def test_npy_streaming_reads_match_np_save(shape: tuple[int, ...], chunks: tuple[int, ...],
+                                           band_row: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sequential reads of mixed sizes (as the kernel's readahead sends them,
+    so the reader gathers and keeps bands of rows), with jumps back and ahead,
+    return exactly the bytes ``np.save`` writes; some chunks are not stored."""
+    monkeypatch.setattr(npy, "BAND_ROW_BYTES", band_row)
+    monkeypatch.setattr(npy, "BAND_BYTES", 8 << 10)
+    rng = np.random.default_rng(sum(shape))
+    data = rng.standard_normal(shape).astype("<f4")
+    grid = [-(-n // c) for n, c in zip(shape, chunks, strict=True)]
+    stored = [index for index in np.ndindex(*grid) if rng.random() < 0.8]
+    ds = dataset("d-s", data, chunks, stored=stored, fill=-3.0)
+    want = data.copy()
+    for index in np.ndindex(*grid):
+        if index not in stored:
+            want[tuple(slice(i * c, (i + 1) * c)
+                       for i, c in zip(index, chunks, strict=True))] = -3.0
+    buf = io.BytesIO()
+    np.save(buf, want)
+    expected = buf.getvalue()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            tree = Tree(catalog_with(s=ds), views=[NpyView()],
+                        chunk_cache=ChunkCache(64 << 20, nursery))
+            node = await walk(tree, "s.npy")
+            assert isinstance(node, FileNode)
+            handle = await node.open()
+            offset = 0
+            for _ in range(300):
+                if rng.random() < 0.05:  # a jump anywhere
+                    offset = int(rng.integers(0, len(expected)))
+                size = int(rng.choice([1, 7, 512, 4096, 5000, 20000]))
+                got = await handle.read(offset, size)
+                assert bytes(got) == expected[offset:offset + size], (offset, size)
+                offset = offset + size if offset + size < len(expected) else 0
+            nursery.cancel_scope.cancel()
+    trio.run(main)
 
 
 def test_zarr_metadata() -> None:
