@@ -86,6 +86,13 @@ def _hsds_config_keys() -> set[str]:
     return {str(key).upper() for key in data}
 
 
+def dying_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` run so that the kernel sends it SIGTERM when the test process
+    dies, even by SIGKILL, so no server outlives its run (util-linux
+    ``setpriv``, which execs it in place: no ``preexec_fn``, unsafe with threads)."""
+    return ["setpriv", "--pdeathsig", "TERM", "--", *argv]
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return a copy of ``os.environ`` without any HSDS/h5pyd/cloud setting, plus ``extra``."""
     config_keys = _hsds_config_keys()
@@ -357,7 +364,7 @@ class HsdsServer:
         workdir.mkdir(exist_ok=True)
         with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(
-                ["hsds-node", *args],
+                dying_with_parent(["hsds-node", *args]),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

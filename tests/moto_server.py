@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from tests import tiers
-from tests.hsds_server import _free_port, _tail, clean_env
+from tests.hsds_server import _free_port, _tail, clean_env, dying_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class MotoServer:
             log_file = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
             try:
                 self._proc = subprocess.Popen(
-                    ["moto_server", "-H", "127.0.0.1", "-p", str(self.port)],
+                    dying_with_parent(["moto_server", "-H", "127.0.0.1", "-p", str(self.port)]),
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     env=clean_env(), start_new_session=True)
             finally:
