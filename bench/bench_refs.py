@@ -11,7 +11,9 @@ reads the dataset ``/data`` (1 GiB decoded) whole, in these ways:
   MNT`` (the reference file also fetched over HTTP), page cache dropped;
 - (a) warm, page cache: the same ``cat`` again on that mount;
 - (a) warm, cache_dir: ``cat`` on a fresh mount whose ``-o cache_dir`` holds
-  every block (filled by one earlier read), page cache dropped;
+  every block (filled by one earlier read), page cache dropped; with
+  ``--cache-decoded`` those mounts add ``-o cache_decoded``, so the cache_dir
+  holds every chunk decoded as well;
 - (b) ``lindi.LindiH5pyFile.from_lindi_file(URL)`` reading ``/data`` in
   1024-row slabs (``.venv-lindi``: lindi, zarr 2);
 - (c) fsspec's ``ReferenceFileSystem`` (``fo`` = the URL, ``remote_protocol``
@@ -118,6 +120,8 @@ class Run:
     ref_url: str
     refs: dict[str, Any]
     cases: dict[str, Case]
+    #: ``--cache-decoded``: the cache_dir mounts also keep decoded chunks.
+    cache_decoded: bool = False
     traffic: dict[str, list[Traffic]] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -315,6 +319,9 @@ def run_disk(run: Run) -> None:
     cache_dir = run.workdir / "blocks"
     cache_dir.mkdir()
     extra = f"cache_dir={cache_dir}"
+    if run.cache_decoded:
+        extra += ",cache_decoded"
+        case.notes.append("mounted with `-o cache_decoded`: decoded chunks kept in the cache_dir")
     options = f"{run.ctx.mount_options},{extra}" if run.ctx.mount_options else extra
     ctx = dataclasses.replace(run.ctx, mount_options=options)
     bench_npy.drop_caches_noted(case)
@@ -362,7 +369,8 @@ def run(args: argparse.Namespace) -> int:
         with refpeers.ServerProcess(data.dir) as server:
             seconds = write_reference(data.h5file, server.url_for(data.h5file.name), ref_file)
             current = Run(ctx, server, server.url_for(REF_NAME),
-                          json.loads(ref_file.read_text())["refs"], new_cases())
+                          json.loads(ref_file.read_text())["refs"], new_cases(),
+                          cache_decoded=args.cache_decoded)
             current.facts.update(ref_write_s=seconds, ref_bytes=ref_file.stat().st_size)
             _guard(current, ("d", "d_mount"), run_decode)
             _guard(current, ("h5_cold", "h5_warm"), run_h5py)
@@ -401,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", dest="options", default=None,
                         help="h5mount -o options (default: none, the daemon's defaults)")
     bench_npy.add_quiet_options(parser, max_busy=0.2, quiet_timeout=10.0, retries=1)
+    parser.add_argument("--cache-decoded", action="store_true",
+                        help="mount the warm cache_dir case with -o cache_decoded too")
     parser.add_argument("--doc", type=Path, default=refreport.DEFAULT_DOC,
                         help="markdown file to update (default docs/benchmarks.md)")
     parser.add_argument("--no-doc", action="store_true", help="only print the results")

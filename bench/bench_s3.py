@@ -9,8 +9,10 @@ measures:
   mount (``-o cache_size=512M,chunk_cache=256M``), page cache dropped;
 - (b) warm: the same ``cat`` on a fresh mount whose ``cache_dir`` already
   holds every block (filled by ``h5mount warm`` when the command exists, else
-  by one read), page cache dropped; and, as a diagnostic, a second ``cat`` on
-  the (a) mount, served by the kernel's page cache;
+  by one read), page cache dropped; with ``--cache-decoded`` those mounts add
+  ``-o cache_decoded``, so the cache_dir holds every chunk decoded as well;
+  and, as a diagnostic, a second ``cat`` on the (a) mount, served by the
+  kernel's page cache;
 - (c) what the network allows: plain aiobotocore GETs of the same chunk
   objects plus the mount's decoder on 2 threads (``bench.s3peers``);
 - (d) h5pyd reading the dataset through a real HSDS on the same bucket;
@@ -113,6 +115,8 @@ class Run:
     cases: dict[str, Case]
     ls_timeout: float
     h5pyd_repeat: int
+    #: ``--cache-decoded``: the cache_dir mounts also keep decoded chunks.
+    cache_decoded: bool = False
     many: s3data.ManyDomain | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -279,6 +283,9 @@ def run_warm(run: Run) -> None:
     cache_dir = run.workdir / "blocks"
     cache_dir.mkdir()
     options = f"{run.options},cache_dir={cache_dir}"
+    if run.cache_decoded:
+        options += ",cache_decoded"
+        case.notes.append("mounted with `-o cache_decoded`: decoded chunks kept in the cache_dir")
     _fill_disk_cache(run, options)
     stored = sum(path.stat().st_size for path in cache_dir.rglob("*") if path.is_file())
     case.notes.append(f"cache_dir holds {stored / MIB:.0f} MiB")
@@ -433,7 +440,7 @@ def run(args: argparse.Namespace) -> int:
         with MotoServer() as moto:
             big = s3data.load_big(moto, data.h5file, workdir / "hsds-load-logs")
             current = Run(ctx, moto, big, args.options, find_moto_pid(moto), cases,
-                          args.ls_timeout, args.h5pyd_repeat)
+                          args.ls_timeout, args.h5pyd_repeat, cache_decoded=args.cache_decoded)
             _guard(current, ("visit",), run_many)
             _guard(current, ("c", "c_get"), run_network)
             _guard(current, ("d",), run_h5pyd)
@@ -481,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                              "about 25 s each)")
     parser.add_argument("--ls-timeout", type=float, default=60.0,
                         help="cut off an `ls -lR` after this many seconds (default 60)")
+    parser.add_argument("--cache-decoded", action="store_true",
+                        help="mount the (b) warm case with -o cache_decoded too")
     parser.add_argument("--doc", type=Path, default=s3report.DEFAULT_DOC,
                         help="markdown file to update (default docs/benchmarks.md)")
     parser.add_argument("--no-doc", action="store_true", help="only print the results")

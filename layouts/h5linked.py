@@ -49,7 +49,7 @@ from layouts.decoding import decode_sized
 from layouts.errors import Corrupt, FormatError, NotFound, StorageError
 from layouts.h5filters import Pipeline, decode, stored_limit
 from layouts.model import ChunkIndex, chunk_grid, in_chunk_grid
-from layouts.storage import ByteRange, OpenUri, Store
+from layouts.storage import ByteRange, Fetched, OpenUri, Store
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,18 @@ class ChunkMap:
 # --------------------------------------------------------------------------- the file
 
 
+def _not_found(uri: str, store: Store, key: str) -> StorageError:
+    return StorageError(uri, f"linked data file not found ({store.url} {key})")
+
+
+def _exactly(data: bytes, uri: str, offset: int, size: int) -> bytes:
+    """``data``, if it is the whole ``size``-byte range at ``offset``; else ``Corrupt``."""
+    if len(data) != size:
+        raise Corrupt(f"{uri}@{offset}", f"file ends {len(data)} bytes into a "
+                                         f"{size}-byte range")
+    return data
+
+
 class LinkedFiles:
     """Reads byte ranges of the files that URIs name (an HSDS ``file_uri``, a LINDI
     external array's or ref's URL), each resolved once by ``open_uri``."""
@@ -201,7 +213,8 @@ class LinkedFiles:
         self._open_uri = open_uri
         self._opened: OrderedDict[str, tuple[Store, str]] = OrderedDict()
 
-    def _open(self, uri: str) -> tuple[Store, str]:
+    def locate(self, uri: str) -> tuple[Store, str]:
+        """The store and key the file ``uri`` names is read at."""
         found = self._opened.get(uri)
         if found is not None:
             self._opened.move_to_end(uri)
@@ -216,15 +229,22 @@ class LinkedFiles:
 
     async def read(self, uri: str, offset: int, size: int) -> bytes:
         """Exactly ``size`` bytes at ``offset`` of the file ``uri`` names."""
-        store, key = self._open(uri)
+        store, key = self.locate(uri)
         try:
             data = await store.get(key, ByteRange(offset, size))
         except NotFound:
-            raise StorageError(uri, f"linked data file not found ({store.url} {key})") from None
-        if len(data) != size:
-            raise Corrupt(f"{uri}@{offset}", f"file ends {len(data)} bytes into a "
-                                             f"{size}-byte range")
-        return data
+            raise _not_found(uri, store, key) from None
+        return _exactly(data, uri, offset, size)
+
+    async def fetch(self, uri: str, offset: int, size: int) -> Fetched:
+        """``read``, with the ``ObjectInfo`` of the file version the bytes are of."""
+        store, key = self.locate(uri)
+        try:
+            fetched = await store.fetch(key, ByteRange(offset, size))
+        except NotFound:
+            raise _not_found(uri, store, key) from None
+        _exactly(fetched.data, uri, offset, size)
+        return fetched
 
     async def read_pieces(self, pieces: Sequence[Piece]) -> list[bytes]:
         """The bytes of each piece; pieces close together are read in one request."""

@@ -48,6 +48,7 @@ from layouts.bounds import (
     link_name_problem,
     valid_text,
 )
+from layouts.decoding import DecodedCache
 from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, SourceError, report_once
 from layouts.h5types import MAX_TYPE_DEPTH, parsed_type
 from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
@@ -160,7 +161,8 @@ async def open_place(place: Place, host: Host) -> HsdsCatalog:
     keys = DomainKeys(place.store, host.metadata_ttl) \
         if place.kind is PlaceKind.BUCKET and host.metadata_ttl > 0 else None
     catalog = HsdsCatalog(place.store, single_domain=single, open_uri=host.storage_opener(),
-                          max_metadata=host.max_metadata, domain_keys=keys)
+                          max_metadata=host.max_metadata, domain_keys=keys,
+                          decoded=host.decoded_cache)
     if single is not None:
         try:
             found = await catalog.domain(single)
@@ -190,14 +192,17 @@ class HsdsCatalog:
     ``max_metadata`` is the largest JSON object read, in bytes (``Corrupt``
     beyond it). With ``domain_keys`` (object stores), datasets list their
     chunks from one listing of their domain (``layouts.hsds_keyindex``).
+    ``decoded`` keeps decoded chunks across mounts (``layouts.decoding``).
     """
 
     def __init__(self, store: Store, single_domain: str | None = None,
                  open_uri: OpenUri | None = None,
                  max_metadata: int = DEFAULT_MAX_METADATA,
-                 domain_keys: DomainKeys | None = None) -> None:
+                 domain_keys: DomainKeys | None = None, *,
+                 decoded: DecodedCache | None = None) -> None:
         self._store = store
         self._domain_keys = domain_keys
+        self._decoded = decoded
         self._open_uri = open_uri
         self._single = _clean_path(single_domain) if single_domain is not None else None
         self._max_metadata = max_metadata
@@ -443,7 +448,7 @@ class HsdsCatalog:
                 raise FormatError(f"bad partition_count {partitions!r}")
             spec = ChunkSpec(htype=htype, etype=etype, chunks=chunks, plan=plan)
             store = HsdsChunkStore(self._store, hid, shape, spec, partitions,
-                                   domain_keys=self._domain_keys)
+                                   domain_keys=self._domain_keys, decoded=self._decoded)
         check_sizes(shape, chunks, etype)
         return Dataset(
             id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),

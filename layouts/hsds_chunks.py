@@ -34,6 +34,12 @@ more, or a zlib stream holding more, makes the chunk ``Corrupt``.
 concurrent gets for a remote one), so tiny chunks do not each pay a thread
 hop; a missing object reads as None and a bad one as its error, each on its own.
 
+With a ``DecodedCache`` that keeps the store's chunks (``-o cache_decoded``
+on a remote bucket), a chunk is first looked up there, by its key and a
+token hashing its ``ChunkSpec`` (filters, types, chunk shape); a hit is
+neither read nor decoded. A miss is read with ``fetch`` (for the etag the
+bytes are of) and its decoded bytes are handed back to the cache.
+
 Concurrency: a store holds only immutable state and may be used from many trio
 tasks. Decoding a chunk (or a batch) goes through ``layouts.decoding``: once
 its stored and decoded size reaches ``THREAD_THRESHOLD`` it runs in a worker
@@ -54,15 +60,16 @@ import numcodecs
 import numpy as np
 
 from layouts import hsds_ids
-from layouts.decoding import decode_sized
+from layouts.decoding import DecodedCache, decode_sized, decoded_token
 from layouts.errors import Corrupt, FormatError, LayoutError, NotFound
+from layouts.gather import outcomes
 from layouts.h5filters import filter_classes
 from layouts.h5types import HType
 from layouts.hsds_keyindex import DomainKeys
 from layouts.hsds_values import read_count, read_elements, to_plain
 from layouts.inflate import MAX_VLEN_CHUNK_BYTES, blosc_sizes, inflate, unblosc
 from layouts.model import ChunkIndex, ElementType, VlenKind, chunk_grid, in_chunk_grid
-from layouts.storage import Store, get_many
+from layouts.storage import GET_MANY_CONCURRENCY, Fetched, Store, get_many
 
 log = logging.getLogger(__name__)
 
@@ -296,13 +303,17 @@ class HsdsChunkStore:
     scalar (one chunk, index ``(0,)``, key ``0``). ``partition_count`` (>= 2)
     puts chunks under ``p<P>/``. Schema v1 datasets (``dset.is_v2`` False)
     keep their chunks as ``md5(chunk_id)[:5]-chunk_id`` keys at the bucket top.
+    ``decoded`` keeps decoded chunks, if it keeps those of ``store``.
     """
 
     def __init__(self, store: Store, dset: hsds_ids.HsdsId, shape: tuple[int, ...] | None,
                  spec: ChunkSpec, partition_count: int = 0, *,
-                 domain_keys: DomainKeys | None = None) -> None:
+                 domain_keys: DomainKeys | None = None,
+                 decoded: DecodedCache | None = None) -> None:
         self._store = store
         self._domain_keys = domain_keys
+        self._decoded = decoded if decoded is not None and decoded.keeps(store) else None
+        self._token = decoded_token("hsds", spec) if self._decoded is not None else ""
         self._dset = dset
         self._shape = shape
         self._spec = spec
@@ -343,10 +354,28 @@ class HsdsChunkStore:
             # Named by the dataset's JSON: that is what is wrong, and it is logged once.
             raise Corrupt(self._dset.json_key(), f"unsupported filter {self._spec.plan.unknown}")
         key = self.key(index)
+        if self._decoded is not None:
+            return await self._read_kept(key, self._decoded)
         try:
             raw = await self._store.get(key)
         except NotFound:
             return None
+        return await self._decode(raw, key)
+
+    async def _read_kept(self, key: str, decoded: DecodedCache) -> bytes | None:
+        """``read`` through the ``DecodedCache``: its bytes, else read, decode and keep."""
+        try:
+            kept = await decoded.get(self._store, key, self._token)
+            if kept is not None:
+                return kept
+            fetched = await self._store.fetch(key)
+        except NotFound:
+            return None
+        data = await self._decode(fetched.data, key)
+        await decoded.put(self._store, key, self._token, fetched.info.etag, data)
+        return data
+
+    async def _decode(self, raw: bytes, key: str) -> bytes:
         if not raw:
             raise Corrupt(key, "chunk object is empty")
         return await decode_sized(len(raw) + (self._spec.nbytes or len(raw)),
@@ -355,7 +384,8 @@ class HsdsChunkStore:
     async def read_many(self, indices: Sequence[ChunkIndex]) -> list[bytes | LayoutError | None]:
         """``read`` of every index, in order, each a chunk, None or the error: the
         objects are read with one ``get_many`` and decoded together (in one
-        worker-thread call once the batch reaches ``THREAD_THRESHOLD``)."""
+        worker-thread call once the batch reaches ``THREAD_THRESHOLD``); with a
+        ``DecodedCache``, only those it does not hold."""
         if self._spec.plan.unknown:
             raise Corrupt(self._dset.json_key(), f"unsupported filter {self._spec.plan.unknown}")
         out: list[bytes | LayoutError | None] = [None] * len(indices)
@@ -367,13 +397,44 @@ class HsdsChunkStore:
                 keys.append(self.key(index))
         if not keys:
             return out
-        raws = await get_many(self._store, keys)
+        if self._decoded is not None:
+            await self._read_many_kept(out, where, keys, self._decoded)
+        else:
+            await self._decode_into(out, where, keys, await get_many(self._store, keys))
+        return out
+
+    async def _read_many_kept(self, out: list[bytes | LayoutError | None], where: list[int],
+                              keys: list[str], decoded: DecodedCache) -> None:
+        """``read_many`` through the ``DecodedCache``: what it holds goes to ``out``
+        (or the error of validating it); the rest is read, decoded and kept."""
+        token = self._token
+        found = await outcomes(lambda key: decoded.get(self._store, key, token), keys,
+                               GET_MANY_CONCURRENCY)
+        misses = [(pos, key) for pos, key, kept in zip(where, keys, found, strict=True)
+                  if kept is None]
+        for pos, kept in zip(where, found, strict=True):
+            out[pos] = kept
+        if not misses:
+            return
+        keys = [key for _, key in misses]
+        fetched = await outcomes(self._store.fetch, keys, GET_MANY_CONCURRENCY)
+        values = await self._decode_into(
+            out, [pos for pos, _ in misses], keys,
+            [f.data if isinstance(f, Fetched) else f for f in fetched])
+        for key, got, value in zip(keys, fetched, values, strict=True):
+            if isinstance(got, Fetched) and isinstance(value, bytes):
+                await decoded.put(self._store, key, token, got.info.etag, value)
+
+    async def _decode_into(self, out: list[bytes | LayoutError | None], where: list[int],
+                           keys: list[str], raws: Sequence[bytes | LayoutError]
+                           ) -> list[bytes | LayoutError | None]:
+        """Decode ``raws`` (of ``keys``) together into ``out`` at ``where``; the values."""
         nbytes = sum(len(raw) for raw in raws if isinstance(raw, bytes)) + \
             (self._spec.nbytes or 0) * len(keys)
-        decoded = await decode_sized(nbytes, self._decode_all, keys, raws)
-        for pos, value in zip(where, decoded, strict=True):
+        values = await decode_sized(nbytes, self._decode_all, keys, raws)
+        for pos, value in zip(where, values, strict=True):
             out[pos] = value
-        return out
+        return values
 
     def _decode_all(self, keys: Sequence[str],
                     raws: Sequence[bytes | LayoutError]) -> list[bytes | LayoutError | None]:

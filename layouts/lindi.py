@@ -47,6 +47,12 @@ no await between its check and its set (``dict.setdefault``), so any number
 of trio tasks may call the catalog and a race only builds an object twice.
 Chunks are decoded through ``layouts.decoding`` (in a worker thread once they
 reach ``THREAD_THRESHOLD`` bytes). The ``OpenUri`` given must not block.
+
+With a ``DecodedCache`` (``-o cache_decoded``), a chunk stored as a byte
+range of a file the cache keeps is first looked up there, by the file's key
+and a token of the range and a hash of the dataset's ``ChunkSpec`` (codecs,
+types, chunk shape, fill, order); a hit is neither read nor decoded. Inline
+chunks and ``_EXTERNAL_ARRAY_LINK`` datasets are not kept.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from layouts.bounds import MAX_RANK, check_json, check_sizes, link_name_problem
-from layouts.decoding import decode_sized
+from layouts.decoding import DecodedCache, decode_sized, decoded_token
 from layouts.errors import Corrupt, FormatError, NotFound, StorageError, report_once
 from layouts.h5linked import LinkedFiles
 from layouts.h5types import element_type, parse_type
@@ -101,7 +107,7 @@ from layouts.model import (
     chunk_grid,
     in_chunk_grid,
 )
-from layouts.storage import DEFAULT_MAX_METADATA, ByteRange, OpenUri, too_large
+from layouts.storage import DEFAULT_MAX_METADATA, ByteRange, Fetched, OpenUri, Store, too_large
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +285,15 @@ class RefReader:
         except NotFound:
             raise StorageError(ref.url, f"file not found ({store.url} {key})") from None
 
+    def locate(self, url: str) -> tuple[Store, str]:
+        """The store and key the file ``url`` names is read at."""
+        return self._files.locate(url)
+
+    async def fetch(self, url: str, offset: int, size: int) -> Fetched:
+        """The ``size`` bytes at ``offset`` of the file ``url`` names, with the info of
+        the file version they are of."""
+        return await self._files.fetch(url, offset, size)
+
     async def read_capped(self, ref: Ref, key: str, limit: int) -> bytes:
         if isinstance(ref, RangeRef) and ref.length is None:
             store, name = self._open_uri(ref.url)
@@ -307,14 +322,17 @@ class RefChunkStore:
     """The chunks of one dataset that the reference file lists: ``ChunkStore``.
 
     ``shape`` is ``()`` for a scalar (one chunk, index ``(0,)``, key ``0``).
-    ``names`` are the stored chunk names from the key index.
+    ``names`` are the stored chunk names from the key index. ``decoded`` keeps
+    decoded chunks of the files it keeps.
     """
 
     def __init__(self, refs: Mapping[str, Ref], reader: RefReader, prefix: str,
                  shape: tuple[int, ...], spec: ChunkSpec, *, separator: str, names: str,
-                 meta_key: str) -> None:
+                 meta_key: str, decoded: DecodedCache | None = None) -> None:
         self._refs = refs
         self._reader = reader
+        self._decoded = decoded
+        self._token = decoded_token("ref", spec) if decoded is not None else ""
         self._prefix = prefix
         self._spec = spec
         self._separator = separator
@@ -346,9 +364,32 @@ class RefChunkStore:
         spec = self._spec
         if spec.codecs.problem:
             raise Corrupt(self._meta_key, spec.codecs.problem)
-        raw = await self._reader.read(ref)
+        if self._decoded is not None and isinstance(ref, RangeRef) and ref.length:
+            kept = await self._read_kept(ref, ref.length, key, self._decoded)
+            if kept is not None:
+                return kept
+        return await self._decode(await self._reader.read(ref), key)
+
+    async def _read_kept(self, ref: RangeRef, size: int, key: str,
+                         decoded: DecodedCache) -> bytes | None:
+        """The chunk of ``ref`` (of ``size`` bytes) through the ``DecodedCache``: its
+        bytes, else read, decode and keep; None if it does not keep the file's chunks."""
+        store, name = self._reader.locate(ref.url)
+        if not decoded.keeps(store):
+            return None
+        token = f"{self._token}-{ref.offset}-{size}"
+        kept = await decoded.get(store, name, token)
+        if kept is not None:
+            return kept
+        fetched = await self._reader.fetch(ref.url, ref.offset, size)
+        data = await self._decode(fetched.data, key)
+        await decoded.put(store, name, token, fetched.info.etag, data)
+        return data
+
+    async def _decode(self, raw: bytes, key: str) -> bytes:
+        spec = self._spec
         return await decode_sized(len(raw) + (spec.nbytes or len(raw)),
-                                             decode_chunk, raw, spec, key)
+                                  decode_chunk, raw, spec, key)
 
     def _index(self, name: str) -> ChunkIndex | None:
         parts = name.split(self._separator)
@@ -409,13 +450,16 @@ class RefCatalog:
 
     ``open_uri`` opens the files ``RangeRef`` URLs name (it may raise
     ``Forbidden``); ``external`` reads ``_EXTERNAL_ARRAY_LINK`` datasets;
-    ``max_metadata`` is the largest ``.zattrs`` or ``.zarray`` read, in bytes.
+    ``max_metadata`` is the largest ``.zattrs`` or ``.zarray`` read, in bytes;
+    ``decoded`` keeps decoded chunks across mounts (``layouts.decoding``).
     """
 
     def __init__(self, table: RefTable, open_uri: OpenUri,
                  external: ExternalArrays | None = None,
-                 max_metadata: int = DEFAULT_MAX_METADATA) -> None:
+                 max_metadata: int = DEFAULT_MAX_METADATA, *,
+                 decoded: DecodedCache | None = None) -> None:
         self._table = table
+        self._decoded = decoded
         self._refs = table.refs
         self._reader = RefReader(open_uri)
         self._external = external
@@ -563,7 +607,8 @@ class RefCatalog:
         else:
             store = RefChunkStore(self._refs, self._reader, prefix, shape, spec,
                                   separator=zarray.separator,
-                                  names=self._index.chunks.get(prefix, ""), meta_key=zkey)
+                                  names=self._index.chunks.get(prefix, ""), meta_key=zkey,
+                                  decoded=self._decoded)
         layout = {"class": "H5D_CHUNKED", "dims": list(chunks)} if shape else \
             {"class": "H5D_CONTIGUOUS"}
         mtime = self._table.mtime

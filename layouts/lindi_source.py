@@ -7,7 +7,9 @@ indexed by ``layouts.lindi.RefCatalog``, and its external arrays read by
 content alone says which kind it is and what is wrong with it (``open`` then
 refuses it with one line); a directory is taken when it holds ``lindi.json``
 (a ``.lindi.d``). Refs are read through the second opener the ``Host``
-gives, which applies the daemon's rule of what a source may read.
+gives, which applies the daemon's rule of what a source may read, and
+decoded chunks are kept in the host's ``decoded_cache`` (asked for after
+``url_openers``, which makes the block cache it keeps them for).
 
 Concurrency: called by the one task that opens the source. Indexing the
 keys takes about 0.3 s per million refs, so it runs in a worker thread.
@@ -16,6 +18,7 @@ keys takes about 0.3 s per million refs, so it runs in a worker thread.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import trio
 
@@ -50,8 +53,9 @@ async def open_place(place: Place, host: Host) -> RefCatalog:
         raise SourceError(f"{source}: not found") from None
     except LayoutError as exc:
         raise SourceError(f"{source}: cannot read: {exc}") from exc
-    catalog = await trio.to_thread.run_sync(RefCatalog, table, open_uri,
-                                            H5ExternalArrays(open_uri), host.max_metadata)
+    catalog = await trio.to_thread.run_sync(partial(
+        RefCatalog, table, open_uri, H5ExternalArrays(open_uri), host.max_metadata,
+        decoded=host.decoded_cache))
     log.info("mounted %s reference file %s (%d refs)", table.kind, table.location,
              len(table.refs))
     return catalog

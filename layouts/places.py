@@ -17,6 +17,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
+from layouts.decoding import DecodedCache
 from layouts.storage import OpenUri, Store
 
 
@@ -74,4 +75,11 @@ class Host(Protocol):
         paths: the first reads the place itself, the second what its content
         names, under the daemon's rule of what a source may read (a remote one
         may not name local files)."""
+        ...
+
+    @property
+    def decoded_cache(self) -> DecodedCache | None:
+        """Where decoded chunks are kept across mounts (``-o cache_decoded``), or None.
+        It keeps those of the stores read through the mount's block cache, so a
+        format reading URLs asks for it after ``url_openers``."""
         ...

@@ -83,6 +83,14 @@ can say everything; a command-line flag that says the same wins):
                        ETag, so they survive a remount (default: none)
   disk_cache_size=SIZE largest size of cache_dir (default: 10G); the cache
                        also leaves free space on its file system
+  cache_decoded        with cache_dir: also keep the decoded chunks of
+                       remote objects (S3, http refs) there, validated by
+                       ETag like the blocks, so a remount serves them with
+                       no decoding; the encoded blocks are kept too, so
+                       both take room in cache_dir. Not kept: chunks of
+                       local files, inline refs, linked datasets (hsload
+                       --link) and LINDI _EXTERNAL_ARRAY_LINK arrays
+                       (cache_decoded=on|off; default: off)
   timeout=SECS         longest time one storage request may take, retries
                        included, before the reader gets EIO (default: 30)
   max_metadata=SIZE    largest metadata object read: an HSDS object's JSON,
@@ -100,6 +108,10 @@ can say everything; a command-line flag that says the same wins):
                        one D.h5 embeds; a dataset past it is left out and
                        named in the root attribute h5mount_left_out
                        (default: 64M)
+  h5view_objects=N     most objects one D.h5 holds: a larger domain gets
+                       the first N found, breadth first, and the root
+                       attribute h5mount_left_out says so; building takes
+                       about 15K of memory per object (default: 20000)
   endpoint_url=URL, region=NAME, profile=NAME, anon
                        the same as the S3 options above, for fstab
   domain=PATH          the same as --domain

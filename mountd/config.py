@@ -63,6 +63,8 @@ class MountConfig:
     cache_size: int = 512 << 20
     cache_dir: str | None = None
     disk_cache_size: int = 10 << 30
+    #: ``-o cache_decoded``: also keep decoded chunks in ``cache_dir``.
+    cache_decoded: bool = False
     timeout: float = 30.0
     max_metadata: int = DEFAULT_MAX_METADATA
     endpoint_url: str | None = None
@@ -80,6 +82,8 @@ class MountConfig:
     h5view: bool = True
     #: ``-o h5view_inline=SIZE``: most variable-length bytes one ``D.h5`` embeds.
     h5view_inline: int = 64 << 20
+    #: ``-o h5view_objects=N``: most objects one ``D.h5`` holds.
+    h5view_objects: int = 20_000
 
     def fuse_options(self) -> set[str]:
         """Options for ``pyfuse3.init``: always read-only, with kernel permission checks."""
@@ -160,6 +164,11 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.stats_file = os.path.abspath(val)
             elif name == "disk_cache_size":
                 config.disk_cache_size = parse_size(name, val)
+            elif name == "cache_decoded":
+                if val not in (None, "on", "off"):
+                    raise OptionError(f"option {item}: say cache_decoded, cache_decoded=on "
+                                      "or cache_decoded=off")
+                config.cache_decoded = val != "off"
             elif name == "max_metadata":
                 config.max_metadata = parse_size(name, val)
                 if config.max_metadata == 0:
@@ -187,6 +196,8 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 config.h5view = val == "on"
             elif name == "h5view_inline":
                 config.h5view_inline = parse_size(name, val)
+            elif name == "h5view_objects":
+                config.h5view_objects = int(_number(name, val, int))
             elif name == "anon":
                 config.anon = True
             elif name == "allow_local_refs":
@@ -208,3 +219,5 @@ def apply_options(config: MountConfig, option_strings: list[str]) -> None:
                 continue
             else:
                 raise OptionError(f"unknown option: {item}")
+    if config.cache_decoded and config.cache_dir is None:
+        raise OptionError("option cache_decoded needs cache_dir (cache_dir=DIR,cache_decoded)")

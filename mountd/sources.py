@@ -15,7 +15,10 @@ the mount: the bucket itself, the HDF5 files that linked datasets point
 into (``file_uri``), and the http(s) URLs a reference file's refs name (one
 cache entry per URL, so two reference files into one HDF5 file share
 blocks). Local files are read from disk directly; the page cache serves them.
-The daemon gives the cache its background nursery.
+The daemon gives the cache its background nursery. With ``-o cache_decoded``
+the formats are also lent a ``DecodedDiskCache`` over that block cache
+(``_Host.decoded_cache``), which keeps decoded chunks of its stores in
+``cache_dir``.
 
 ``Source.refresh`` (the daemon's SIGHUP, with the catalog cache's ``drop``)
 reads again what the source keeps besides the catalog's answers: an S3
@@ -57,6 +60,7 @@ from mountd.config import MountConfig
 from mountd.errors import Forbidden, MountError, SourceError, StorageError
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
+from mountd.io.decodedcache import DecodedDiskCache
 from mountd.io.diskcache import DiskCache
 from mountd.io.http import HttpConnection, HttpOptions, open_http
 from mountd.io.local import LocalStore
@@ -149,7 +153,8 @@ class _Host:
     storage (None for a file or URL, which no format asks it of). The block
     cache is made when the first remote store needs it (S3
     makes it first); the HTTP client ``url_openers`` opens is closed with
-    ``stack``.
+    ``stack``. The decoded-chunk cache is made over the block cache when first
+    asked for, if ``-o cache_decoded`` and there is a block cache by then.
     """
 
     def __init__(self, config: MountConfig, stack: AsyncExitStack, *,
@@ -158,6 +163,7 @@ class _Host:
         self._stack = stack
         self._storage = storage
         self.cache = cache
+        self._decoded: DecodedDiskCache | None = None
 
     @property
     def domain(self) -> str | None:
@@ -170,6 +176,12 @@ class _Host:
     @property
     def metadata_ttl(self) -> float:
         return self._config.metadata_ttl
+
+    @property
+    def decoded_cache(self) -> DecodedDiskCache | None:
+        if self._decoded is None and self._config.cache_decoded and self.cache is not None:
+            self._decoded = DecodedDiskCache(self.cache)
+        return self._decoded
 
     def storage_opener(self) -> OpenUri:
         assert self._storage is not None, "only directories and buckets have storage"

@@ -410,6 +410,37 @@ def test_inline_cap_leaves_out_and_says_why(hsds_bucket: HsdsBucket, tmp_path: P
         assert view["misc/enum"][()].tolist() == [0, 1, 42, 1]
 
 
+def _objects(view: h5py.File) -> dict[str, Any]:
+    """Every object of the file below the root, by the path ``visititems`` gives."""
+    found: dict[str, Any] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        found[name] = obj
+
+    view.visititems(visit)
+    return found
+
+
+def test_object_cap_keeps_the_first_objects_and_says_so(mnt: Path, hsds_bucket: HsdsBucket,
+                                                        tmp_path: Path) -> None:
+    """Past ``-o h5view_objects`` a file holds the objects found first (breadth
+    first) and names the limit; what it holds reads as in the full file."""
+    mp = tmp_path / "mnt"
+    mp.mkdir()
+    with mounted(hsds_bucket.bucket_dir, mp, "-o", "h5view_objects=6"), \
+            h5py.File(mp / "home/admin/layout.h5.h5", "r") as view, \
+            h5py.File(_view(mnt, "home/admin/layout.h5"), "r") as full:
+        kept, everything = _objects(view), _objects(full)
+        assert len(everything) > 6
+        assert len(kept) == 5  # and the root group
+        lines = [str(line) for line in view.attrs[LEFT_OUT]]
+        assert any(line.startswith("/: ") and "h5view_objects=6" in line for line in lines)
+        for name, obj in kept.items():
+            assert name in everything
+            if isinstance(obj, h5py.Dataset):
+                np.testing.assert_array_equal(obj[()], full[name][()])
+
+
 def test_view_off(hsds_bucket: HsdsBucket, tmp_path: Path) -> None:
     mp = tmp_path / "mnt"
     mp.mkdir()

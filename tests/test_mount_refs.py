@@ -7,12 +7,14 @@ real ``lindi`` package (in its own virtualenv, ``tests/lindi_files.py``) and
 the real ``kerchunk``, with refs that are remote URLs. Each mount is compared
 with h5py (every chunk, sidecar and ``.npy``) and with the HSDS mount of the
 same file (``mnt``): the same names, sidecars, xattrs and bytes, except what
-a reference file does not record (see ``LEGITIMATE``).
+a reference file does not record (see ``LEGITIMATE``). With ``-o cache_decoded``
+a remount serves chunks decoded from its cache_dir, without a GET of the file.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import shutil
@@ -40,6 +42,7 @@ from tests.h5compare import (
 from tests.http_server import RangeHttpServer
 from tests.lindi_files import lindi_available, write_lindi
 from tests.mounting import fuse_available, mounted, run_h5mount
+from tests.test_decodedcache import wait_decoded
 
 pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.server, pytest.mark.tools,
               pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
@@ -413,6 +416,34 @@ def test_cache_dir_is_shared_by_url(served: Served, tmp_path: Path) -> None:
     with mounted(served.url(other.name), tmp_path / "second", "-o", f"cache_dir={cache}") as mp:
         assert (mp / "contiguous.npy").read_bytes() == first
     assert hdf5_gets(served.server, "refs.h5") == []
+
+
+def test_decoded_chunks_survive_a_remount(served: Served, tmp_path: Path) -> None:
+    """With ``cache_decoded``, a remount on the same cache_dir reads a gzip dataset's
+    ``.npy`` (byte-range refs) without a GET of the HDF5 file and decodes no chunk."""
+    cache = tmp_path / "cache"
+    options = ("-o", f"cache_dir={cache},cache_decoded")
+    url = served.url("filters.h5.lindi.json")
+    with mounted(url, tmp_path / "mp", *options) as mp:
+        first = (mp / "gzip.npy").read_bytes()
+        chunks = len([n for n in os.listdir(mp / "gzip") if n[0].isdigit()])
+        wait_decoded(cache, chunks)
+        blocks = figures(mp)["caches"]["blocks"]
+    assert chunks > 1 and (blocks["decoded_hits"], blocks["decoded_misses"]) == (0, chunks)
+    with h5py.File(served.root / "filters.h5") as f:
+        np.testing.assert_array_equal(np.load(io.BytesIO(first)), f["gzip"][()])
+    served.server.clear()
+    with mounted(url, tmp_path / "mp", *options) as mp:
+        assert (mp / "gzip.npy").read_bytes() == first
+        blocks = figures(mp)["caches"]["blocks"]
+    assert (blocks["decoded_hits"], blocks["decoded_misses"]) == (chunks, 0)
+    assert hdf5_gets(served.server, "filters.h5") == []
+
+
+def figures(mp: Path) -> dict[str, Any]:
+    """``.h5mount/stats.json``: the first of a mount is made when it is read."""
+    doc: dict[str, Any] = json.loads((mp / ".h5mount" / "stats.json").read_bytes())
+    return doc
 
 
 def test_http_faults_are_retried_or_give_eio(served: Served, tmp_path: Path) -> None:

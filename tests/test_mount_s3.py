@@ -10,11 +10,14 @@ readahead. A bucket HSDS wrote onto S3 itself is compared with
 h5py. SIGHUP rereads the credentials of a profile: the proxy's record shows
 which access key signed each request (its ``Authorization`` header), and a
 credentials file gone at the SIGHUP leaves the old key in use with a warning.
+With ``-o cache_decoded`` a remount serves chunks decoded from its cache_dir
+(the proxy sees HEADs only), unless the chunk object changed meanwhile.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import random
@@ -38,6 +41,7 @@ from mountd.control import REUSE
 from tests.faultproxy import FaultProxy, Seen
 from tests.h5compare import mount_file, walk_links
 from tests.mounting import daemon_pids, fuse_available, mounted
+from tests.test_decodedcache import wait_decoded
 
 pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.server,
               pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
@@ -371,6 +375,63 @@ def test_disk_cache_survives_a_remount(s3_bucket, mnt, proxy, tmp_path) -> None:
     # One revalidation per chunk object (the dataset's own JSON shares the prefix).
     heads = [r.target for r in proxy.requests("HEAD", where) if not r.target.endswith(".json")]
     assert len(heads) == 27
+
+
+def figures(mp: Path) -> dict[str, Any]:
+    """``.h5mount/stats.json``: the first of a mount is made when it is read."""
+    doc: dict[str, Any] = json.loads((mp / ".h5mount" / "stats.json").read_bytes())
+    return doc
+
+
+def test_decoded_chunks_survive_a_remount(s3_bucket, proxy, tmp_path) -> None:
+    """With ``cache_decoded``, a remount on the same cache_dir reads a gzip dataset's
+    ``.npy`` with one HEAD per chunk object, no GET of one, and no chunk decoded."""
+    cache = tmp_path / "cache"
+    options = ("-o", f"cache_dir={cache},cache_decoded")
+    domain, name = GZIP.rsplit("/", 1)
+    with h5py.File(s3_bucket.files[domain]) as f:
+        want = f[name][()]
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        where = chunk_path(mp, GZIP)
+        first = (mp / f"{GZIP}.npy").read_bytes()
+        chunks = len([n for n in os.listdir(mp / GZIP) if n[0].isdigit()])
+        wait_decoded(cache, chunks)
+        blocks = figures(mp)["caches"]["blocks"]
+    assert chunks == 6 and blocks["decoded_misses"] == chunks and blocks["decoded_hits"] == 0
+    np.testing.assert_array_equal(np.load(io.BytesIO(first)), want)
+    proxy.clear()
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        assert (mp / f"{GZIP}.npy").read_bytes() == first
+        blocks = figures(mp)["caches"]["blocks"]
+    assert (blocks["decoded_hits"], blocks["decoded_misses"]) == (chunks, 0)
+    assert proxy.count("GET", where) == 0
+    heads = [r.target for r in proxy.requests("HEAD", where) if not r.target.endswith(".json")]
+    assert len(heads) == chunks
+
+
+def test_decoded_chunk_of_a_changed_object_is_not_served(s3_bucket, moto, mnt, proxy,
+                                                          tmp_path) -> None:
+    """A chunk object replaced after it was kept decoded (a new ETag) is read and
+    decoded again on the next mount: its new content, never the kept one."""
+    cache = tmp_path / "cache"
+    options = ("-o", f"cache_dir={cache},cache_decoded")
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        chunk_dir = parse_id(os.getxattr(mp / GZIP, "user.h5.id").decode()).chunk_dir()
+        assert (mp / GZIP / "0.0").read_bytes() == (mnt / GZIP / "0.0").read_bytes()
+        wait_decoded(cache, 1)
+    client = moto.client()
+    target, source = s3_bucket.key(f"{chunk_dir}0_0"), s3_bucket.key(f"{chunk_dir}1_1")
+    old = client.get_object(Bucket=s3_bucket.bucket, Key=target)["Body"].read()
+    new = client.get_object(Bucket=s3_bucket.bucket, Key=source)["Body"].read()
+    assert old != new
+    client.put_object(Bucket=s3_bucket.bucket, Key=target, Body=new)
+    try:
+        with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+            assert (mp / GZIP / "0.0").read_bytes() == (mnt / GZIP / "1.1").read_bytes()
+            blocks = figures(mp)["caches"]["blocks"]
+        assert (blocks["decoded_hits"], blocks["decoded_misses"]) == (0, 1)
+    finally:
+        client.put_object(Bucket=s3_bucket.bucket, Key=target, Body=old)
 
 
 def _list_prefixes(proxy: FaultProxy) -> list[str]:

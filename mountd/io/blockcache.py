@@ -65,8 +65,11 @@ Counters are in ``stats`` (``CacheStats``): ``hits`` and ``misses`` count the
 blocks reads wanted (a block already on its way is a hit); ``disk_hits`` the
 misses the disk served; ``requests`` every fetch sent to storage, of which
 ``prefetches`` were readahead; ``bytes_fetched``; ``heads``;
-``invalidations``, objects dropped because their etag changed; and
-``evictions``, blocks dropped from memory for room.
+``invalidations``, objects dropped because their etag changed;
+``evictions``, blocks dropped from memory for room; and, counted by
+``mountd.io.decodedcache`` (``-o cache_decoded``) for the stores of this
+cache, ``decoded_hits`` and ``decoded_misses``: chunk reads that found their
+decoded bytes on disk, and those that did not.
 
 Concurrency: one fetch per block. All state (the block table, pending
 fetches, windows, the write-behind queue, counters) lives in the trio thread
@@ -128,6 +131,8 @@ class CacheStats:
     heads: int = 0
     invalidations: int = 0
     evictions: int = 0
+    decoded_hits: int = 0
+    decoded_misses: int = 0
 
 
 @dataclass(slots=True)

@@ -5,7 +5,11 @@ is one file ``HH/OBJECT-INDEX-ETAG``: OBJECT hashes the store URL and the key
 the block came from (HH is its first two digits, to keep directories small),
 INDEX is the block index and ETAG hashes the etag the block belongs to. A
 file holds a header (magic, CRC32 and length of the data, length of the
-meta), the meta (JSON ``[url, key, etag, index]``) and the data.
+meta), the meta (JSON ``[url, key, etag, index]``) and the data. The CRC32
+is zlib's, computed by libdeflate (``deflate.crc32``): 6 GiB/s on the 2-core
+test VM, where ``zlib.crc32`` (zlib 1.2.13) does 0.6 GiB/s and capped reads
+from the cache below that. libdeflate holds the GIL meanwhile (0.7 ms per
+4 MiB), which costs less than a core busy ten times as long.
 
 - The index is rebuilt at start-up (``load``, run once on first use) by
   scanning the directory in a worker thread: names and sizes only, no reads.
@@ -47,7 +51,6 @@ import logging
 import os
 import secrets
 import struct
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -55,6 +58,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+import deflate
 import trio
 
 log = logging.getLogger(__name__)
@@ -287,7 +291,7 @@ class DiskCache:
                     or os.fstat(f.fileno()).st_size != len(head) + length):
                 return None
             data = f.read(length)
-        if len(data) != length or zlib.crc32(data) != crc:
+        if len(data) != length or deflate.crc32(data) != crc:
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # the LRU order that a remount reads back
@@ -301,7 +305,7 @@ class DiskCache:
         ik = self._key(url, key, index)
         name = self._name(ik, etag)
         meta = _meta(url, key, etag, index)
-        head = _HEADER.pack(MAGIC, zlib.crc32(data), len(data), len(meta)) + meta
+        head = _HEADER.pack(MAGIC, deflate.crc32(data), len(data), len(meta)) + meta
         size = len(head) + len(data)
         if size > self.size:
             return

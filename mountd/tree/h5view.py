@@ -15,9 +15,11 @@ through the mount and its chunk cache. Variable-length and reference
 datasets are read and embedded while the embedded bytes stay under
 ``-o h5view_inline``; over it, or when the ``.npy`` name is taken by a real
 link, a dataset is left out and named in the root attribute
-``layouts.h5image.LEFT_OUT_ATTR``. External links to domains of this mount
-lead to those domains' ``D.h5`` views; others are left out, so no path a
-bucket controls leads an HDF5 tool to the host's files.
+``layouts.h5image.LEFT_OUT_ATTR``. A file holds at most
+``-o h5view_objects`` objects (the first found), which bounds the memory a
+build takes. External links to domains of this mount lead to those
+domains' ``D.h5`` views; others are left out, so no path a bucket controls
+leads an HDF5 tool to the host's files.
 
 Size: ``st_size`` is the image's length, so the first ``stat`` or ``open``
 builds the image (MOUNT-SPEC.md, File attributes); a listing gives the kept
@@ -81,6 +83,10 @@ log = logging.getLogger(__name__)
 SUFFIX = ".h5"
 #: Default ``-o h5view_inline``: most bytes of variable-length data embedded.
 DEFAULT_INLINE = 64 << 20
+#: Default ``-o h5view_objects``: most objects one file holds. Building costs
+#: about 15 KiB of memory per object while it runs (a 100,000-object domain
+#: peaked at 1.5 GB), so a larger domain gets the objects found first.
+DEFAULT_OBJECTS = 20_000
 #: Most bytes of images (and of the objects they were made from) kept; the
 #: newest one is always kept.
 IMAGE_BUDGET = 256 << 20
@@ -106,10 +112,12 @@ class _Image:
 class H5Views:
     """The ``D.h5`` images of one mount at ``mountpoint`` (absolute)."""
 
-    def __init__(self, tree: Tree, mountpoint: str, inline: int = DEFAULT_INLINE) -> None:
+    def __init__(self, tree: Tree, mountpoint: str, inline: int = DEFAULT_INLINE,
+                 most_objects: int = DEFAULT_OBJECTS) -> None:
         self.tree = tree
         self.mountpoint = mountpoint
         self.inline = inline
+        self.most_objects = most_objects
         self._images: OrderedDict[Hashable, _Image] = OrderedDict()
         self._used = 0
         self._building: dict[Hashable, trio.Event] = {}
@@ -120,7 +128,8 @@ class H5Views:
         """The views of a mount as ``config`` says (None: ``-o h5view=off``)."""
         if not config.h5view:
             return None
-        return cls(tree, os.path.abspath(config.mountpoint), config.h5view_inline)
+        return cls(tree, os.path.abspath(config.mountpoint), config.h5view_inline,
+                   config.h5view_objects)
 
     def kept(self, domain: Domain) -> bytes | None:
         """The image of ``domain`` if everything it came from is current."""
@@ -192,6 +201,8 @@ class _Planner:
         self._refs: list[ObjPlan] = []
         #: Datasets left out (over ``h5view_inline``).
         self._dropped: set[str] = set()
+        #: Links to objects not planned because the file holds ``most_objects``.
+        self._past_limit = 0
 
     async def plan(self) -> Skeleton:
         root = root_path(self.domain)
@@ -215,6 +226,11 @@ class _Planner:
         if self._dropped:
             self.skeleton.objects = [p for p in self.skeleton.objects
                                      if p.id not in self._dropped]
+        if self._past_limit:
+            self.skeleton.left_out.append(
+                f"/: the file holds the first {self.views.most_objects} objects found "
+                f"(breadth first); {self._past_limit} links to further objects are left "
+                f"out (h5view_objects={self.views.most_objects})")
         return self.skeleton
 
     def _add(self, op: ObjPath, obj: AnyObject, parent: str | None, name: str) -> ObjPlan:
@@ -236,6 +252,9 @@ class _Planner:
             return None
         if link.target in self.first:
             self.skeleton.links.append(LinkPlan(group_id, name, LinkKind.HARD, link.target))
+            return None
+        if len(self.first) >= self.views.most_objects:
+            self._past_limit += 1
             return None
         child = op.child(name, link.target)
         try:
