@@ -18,11 +18,13 @@ sends ``READY=1`` once the mount is live, ``STATUS=`` every
 ``STATUS_INTERVAL`` seconds, ``WATCHDOG=1`` every half ``WATCHDOG_USEC``
 when systemd watches this process, and ``STOPPING=1`` on the way out.
 
-Concurrency: one trio run per process. Background work (chunk prefetches)
-lives in the nursery opened by ``_mount_and_serve`` and is cancelled before
-the unmount; the FUSE loop, the signal watchers and the systemd
-notifications live in ``_loop``'s nursery, so a wedged loop stops sending
-``WATCHDOG=1`` and systemd restarts the service. A SIGHUP takes effect
+Concurrency: one trio run per process. Background work (chunk prefetches,
+writes to ``cache_dir``) lives in the nursery opened by ``_mount_and_serve``
+and is cancelled before the unmount, once the writes queued for the disk
+cache have ended (at most ``DISK_SETTLE`` seconds); the FUSE loop, the
+signal watchers and the systemd notifications live in ``_loop``'s nursery,
+so a wedged loop stops sending ``WATCHDOG=1`` and systemd restarts the
+service. A SIGHUP takes effect
 between two awaits of the trio thread: requests under way keep the objects
 they hold, and later ones fetch again.
 """
@@ -64,6 +66,8 @@ log = logging.getLogger(__name__)
 #: Seconds that requests under way at SIGTERM/SIGINT get to finish before the
 #: unmount (new ones fail with EIO meanwhile); well under systemd's stop timeout.
 SHUTDOWN_GRACE = 5.0
+#: Seconds the unmount waits for blocks and chunks queued for ``cache_dir``.
+DISK_SETTLE = 10.0
 #: Seconds between two ``STATUS=`` updates sent to systemd.
 STATUS_INTERVAL = 5.0
 
@@ -361,6 +365,10 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
                 source.block_cache.nursery = background
             unmount = await _loop(ops, config, ready, report=report, refresh=refresh,
                                   status=status)
+            disk = None if source.block_cache is None else source.block_cache.disk
+            if disk is not None and not await disk.settle(DISK_SETTLE):
+                log.warning("unmounting before the disk cache's writes ended (waited %g s); "
+                            "cache_dir keeps what was written", DISK_SETTLE)
             background.cancel_scope.cancel()
     finally:
         report()

@@ -170,3 +170,37 @@ def test_writes_go_behind_in_the_nursery(tmp_path: Path) -> None:
         assert cache.disk is not None and cache.disk.stats.writes == 4
         assert len(files(tmp_path)) == 4
     trio.run(main)
+
+
+def test_settle_waits_for_queued_writes_and_gives_up_at_its_timeout(tmp_path: Path) -> None:
+    """What the daemon does before it cancels background work at unmount: every
+    block queued for the disk is on it once ``settle`` returns True; a write that
+    does not end makes it return False at the timeout."""
+    async def main() -> None:
+        store = MemoryStore()
+        data = payload(4 * BS)
+        store.put("a", data)
+        cache = cache_over(tmp_path)
+        disk = cache.disk
+        assert disk is not None
+        async with trio.open_nursery() as nursery:
+            cache.nursery = nursery
+            assert (await cache.read(store, "a")).data == data
+            assert await disk.settle(10.0)
+            assert disk.stats.writes == 4 and len(files(tmp_path)) == 4
+            release = trio.Event()
+            real_put = disk.put
+
+            async def stuck_put(*args: object) -> None:
+                await release.wait()
+                await real_put(*args)  # type: ignore[arg-type]
+
+            disk.put = stuck_put  # type: ignore[method-assign]
+            store.put("b", payload(BS))
+            await cache.read(store, "b")
+            assert not await disk.settle(0.2)
+            release.set()
+            assert await disk.settle(10.0)
+            assert len(files(tmp_path)) == 5
+            nursery.cancel_scope.cancel()
+    trio.run(main)

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import deflate
 import trio
@@ -78,6 +78,12 @@ _OBJECT_DIGITS = 32
 _ETAG_DIGITS = 16
 
 IndexKey = tuple[str, int]
+
+
+class _Queue(Protocol):
+    """A write-behind queue (``mountd.io.writebehind.WriteBehind``)."""
+
+    async def drain(self) -> None: ...
 
 
 def disk_free(path: str) -> tuple[int, int]:
@@ -142,6 +148,19 @@ class DiskCache:
         self._loading: trio.Event | None = None
         self._writing = 0
         self._warned = False
+        self._queues: list[_Queue] = []
+
+    def add_queue(self, queue: _Queue) -> None:
+        """A write-behind queue that writes here: ``settle`` waits for it."""
+        self._queues.append(queue)
+
+    async def settle(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the queues' writes; whether all ended."""
+        with trio.move_on_after(timeout):
+            for queue in self._queues:
+                await queue.drain()
+            return True
+        return False
 
     def _key(self, url: str, key: str, index: int) -> IndexKey:
         return _digest(f"{url}\0{key}", _OBJECT_DIGITS), index

@@ -8,7 +8,8 @@ queue holds at most ``limit`` bytes (``WRITE_BEHIND``); blocks that would
 exceed it are not written at all (logged at debug): they stay in memory, and
 a later miss fetches them again; so are blocks spilled once the nursery is
 closing (the daemon is stopping). With no nursery the blocks are written
-inline, and ``spill`` returns once they are on disk.
+inline, and ``spill`` returns once they are on disk. Every queue registers
+with its disk cache, which waits for them at unmount (``DiskCache.settle``).
 
 Concurrency: ``queued`` lives in the trio thread. ``spill`` with a nursery
 never awaits: it counts the blocks it takes and starts the writer in one
@@ -40,6 +41,15 @@ class WriteBehind:
         self.limit = limit
         #: Bytes handed to writer tasks and not written yet.
         self.queued = 0
+        #: Set while nothing is queued.
+        self._idle = trio.Event()
+        self._idle.set()
+        disk.add_queue(self)
+
+    async def drain(self) -> None:
+        """Return once every block handed to a writer task is written (or given up)."""
+        while self.queued:
+            await self._idle.wait()
 
     async def spill(self, nursery: trio.Nursery | None, url: str, key: str, etag: str,
                     blocks: list[tuple[int, bytes]]) -> None:
@@ -64,6 +74,8 @@ class WriteBehind:
             except RuntimeError:  # the nursery is closing: the daemon is stopping
                 log.debug("stopping: not keeping %d blocks of %s%s", taken, url, key)
                 return
+            if not self.queued:
+                self._idle = trio.Event()
             self.queued += size
 
     async def _write(self, url: str, key: str, etag: str, blocks: list[tuple[int, bytes]],
@@ -73,3 +85,5 @@ class WriteBehind:
                 await self.disk.put(url, key, etag, i, block)
         finally:
             self.queued -= queued
+            if not self.queued:
+                self._idle.set()
