@@ -16,6 +16,8 @@ measures:
 - (c) what the network allows: plain aiobotocore GETs of the same chunk
   objects plus the mount's decoder on 2 threads (``bench.s3peers``);
 - (d) h5pyd reading the dataset through a real HSDS on the same bucket;
+- (f) h5py reading the local ``.h5`` with a warm page cache, the peer of the
+  warm target (``bench_npy.time_h5py``);
 - ``ls -lR`` of a 10,000-object domain through a fresh mount (cold, then
   warm) against h5pyd ``visititems`` on the freshly loaded domain;
 - the daemon's peak RSS (VmHWM) while one mount streams 4 GiB (four reads of
@@ -99,6 +101,8 @@ def new_cases() -> dict[str, Case]:
              "mount of the POSIX bucket that h5pyd's HSDS served, page cache dropped"),
         Case("visit", "h5pyd visititems", "h5pyd `visititems` on the freshly loaded domain, "
              "right after building it"),
+        Case("h5py", "(f) h5py local", "h5py reading the local `.h5` in chunk-row slabs, warm "
+             "page cache (the warm target's peer)"),
     ]
     return {c.key: c for c in cases}
 
@@ -410,6 +414,11 @@ def run_stream(run: Run) -> None:
 # ---------------------------------------------------------------------- driver
 
 
+def run_h5py(run: Run) -> None:
+    """(f): h5py on the local file, warm page cache."""
+    bench_npy.time_h5py(run.ctx, run.cases["h5py"])
+
+
 def _guard(run: Run, keys: tuple[str, ...], fn: Callable[[Run], None]) -> None:
     """Run one group of cases; record NotAvailable/BenchError on its cases, not fatal."""
     bench_npy.guard(run.cases, run.notes, keys, lambda: fn(run),
@@ -444,6 +453,7 @@ def run(args: argparse.Namespace) -> int:
             _guard(current, ("visit",), run_many)
             _guard(current, ("c", "c_get"), run_network)
             _guard(current, ("d",), run_h5pyd)
+            _guard(current, ("h5py",), run_h5py)
             reason = _mount_ready(current)
             if reason is None:
                 _guard(current, ("a_cold", "b_page"), run_cold)
