@@ -530,7 +530,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         print(text_table(rows))
         print("\n".join(summary(cases)))
         if not args.no_doc:
-            command = shlex.join(["python", "-m", "bench.bench_h5view", *argv])
+            command = shlex.join([".venv/bin/python", "-m", "bench.bench_h5view", *argv])
             section = report_section(cases, extras, ctx, command, started=started,
                                      seconds=time.perf_counter() - t0)
             bench_npy.write_doc(args.doc, section, SECTION_START, SECTION_END)

@@ -731,7 +731,7 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
             log.info("group %s: start", name)
             bench_npy.guard(run.cases, run.notes, keys, lambda runner=runner: runner(run),
                             (BenchError, OSError, ValueError))
-        command = shlex.join(["python", "-m", "bench.bench_meta", *argv])
+        command = shlex.join([".venv/bin/python", "-m", "bench.bench_meta", *argv])
         print(text_report(run.cases))
         if not args.no_doc:
             section = report_section(run, command, started, time.perf_counter() - t0)

@@ -1112,7 +1112,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                     cases[key].status = "error"
                     cases[key].notes.append(str(exc))
                 log.error("case (%s) failed: %s", letter, exc)
-        command = shlex.join(["python", "-m", "bench.bench_npy", *argv])
+        command = shlex.join([".venv/bin/python", "-m", "bench.bench_npy", *argv])
         rows = result_rows(cases)
         print(text_table(rows))
         if not args.no_doc:

@@ -385,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
                 for key in ("a_cold", "a_page", "a_disk"):
                     current.cases[key].status = "not available"
         report = refreport.Report(current, started, time.perf_counter() - t0,
-                                  " ".join(["python -m bench.bench_refs", *sys.argv[1:]]))
+                                  " ".join([".venv/bin/python -m bench.bench_refs", *sys.argv[1:]]))
         print(report.section() if args.markdown else report.text())
         if not args.no_doc:
             refreport.write_doc(args.doc, report.section())

@@ -469,7 +469,7 @@ def run(args: argparse.Namespace) -> int:
                     cases[key].status = "not available"
         seconds = time.perf_counter() - t0
         report = s3report.Report(current, started, seconds, cache_budget_mib(args.options),
-                                 " ".join(["python -m bench.bench_s3", *sys.argv[1:]]))
+                                 " ".join([".venv/bin/python -m bench.bench_s3", *sys.argv[1:]]))
         print(report.text())
         if not args.no_doc:
             s3report.write_doc(args.doc, report.section())

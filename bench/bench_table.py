@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     bucket_dir, h5file = ensure(args.dir, args.rows)
     with tempfile.TemporaryDirectory(prefix="h5mount-bench-table-") as workdir:
         figures = measure(bucket_dir, h5file, Path(workdir))
-    command = shlex.join(["python", "-m", "bench.bench_table",
+    command = shlex.join([".venv/bin/python", "-m", "bench.bench_table",
                           *(sys.argv[1:] if argv is None else argv)])
     text = section(figures, args.rows, command, started, time.perf_counter() - t0)
     print(text)

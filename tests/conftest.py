@@ -16,7 +16,9 @@ a bucket that a real HSDS wrote onto moto itself (S3 storage mode).
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import pickle
 import shutil
 import time
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ from tests.hsds_server import (
     S3Storage,
     hsds_node_available,
     missing_objects,
+    tool_path,
 )
 from tests.moto_server import MotoServer
 from tests.mounting import mounted
@@ -95,12 +98,32 @@ class HsdsBucket:
 
 
 @pytest.fixture(scope="session")
-def hsds_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HsdsBucket]:
-    """The test files loaded into a real HSDS bucket, flushed and verified; HSDS stopped."""
+def hsds_bucket(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> HsdsBucket:
+    """The test files loaded into a real HSDS bucket, flushed and verified; HSDS
+    stopped. Under pytest-xdist the workers share one: the first to ask builds it
+    in the run's directory while the others wait on a lock (it is read-only)."""
     if not hsds_node_available():
         pytest.skip("hsds-node/hsload/hstouch not installed (pip install 'hsds==1.0.2' h5pyd)")
+    if worker_id == "master":
+        return _build_hsds_bucket(tmp_path_factory.mktemp("hsds"))
+    base = tmp_path_factory.getbasetemp().parent / "hsds-shared"
+    with open(f"{base}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = base / "bucket.pickle"
+        if record.exists():
+            bucket: HsdsBucket = pickle.loads(record.read_bytes())
+            log.info("hsds_bucket shared from %s", bucket.bucket_dir)
+            return bucket
+        if base.exists():  # a worker that failed half way: start again
+            shutil.rmtree(base)
+        base.mkdir()
+        bucket = _build_hsds_bucket(base)
+        record.write_bytes(pickle.dumps(bucket))
+        return bucket
+
+
+def _build_hsds_bucket(base: Path) -> HsdsBucket:
     started = time.monotonic()
-    base = tmp_path_factory.mktemp("hsds")
     sources = h5files.write_all(base / "src")
     root_dir = base / "root"
     files: dict[str, Path] = {}
@@ -133,7 +156,7 @@ def hsds_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HsdsBucket
         seconds=time.monotonic() - started,
     )
     log.info("hsds_bucket ready in %.1fs at %s", bucket.seconds, bucket.bucket_dir)
-    yield bucket
+    return bucket
 
 
 @dataclass(frozen=True)
@@ -179,7 +202,7 @@ class S3Bucket:
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
     """One moto S3 server on loopback for the session; always stopped."""
-    if shutil.which("moto_server") is None:
+    if shutil.which("moto_server", path=tool_path()) is None:
         pytest.skip("moto_server not installed (pip install 'moto[server]')")
     with MotoServer() as server:
         yield server

@@ -31,6 +31,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -66,9 +67,16 @@ class _PortTaken(HsdsError):
     """A node could not bind its port (someone took it after we chose it)."""
 
 
+def tool_path() -> str:
+    """PATH with this Python's own ``bin`` first: the virtualenv's commands
+    (``hsds-node``, ``hsload``, ``moto_server``) are found without activating it."""
+    return os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
 def hsds_node_available() -> bool:
     """Return True when the ``hsds-node``, ``hsload`` and ``hstouch`` commands exist."""
-    return all(shutil.which(cmd) is not None for cmd in ("hsds-node", "hsload", "hstouch"))
+    return all(shutil.which(cmd, path=tool_path()) is not None
+               for cmd in ("hsds-node", "hsload", "hstouch"))
 
 
 def _hsds_config_keys() -> set[str]:
@@ -103,6 +111,7 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             continue
         env[name] = value
     env["PYTHONUNBUFFERED"] = "1"
+    env["PATH"] = tool_path()
     if extra:
         env.update(extra)
     return env
