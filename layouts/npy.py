@@ -38,8 +38,9 @@ own byte order.
 
 Concurrency: a reader's only mutable state is its readahead window, its
 watermark and its band, each set with no ``await`` in between; concurrent
-reads of one reader are safe (the last band gathered is the one kept, and a
-band holds the chunks' bytes as read in this period, like the page cache).
+reads of one reader are safe (the last band gathered is the one kept). A
+band holds chunk bytes as they were when it was gathered, for as long as the
+file stays open and the reads stay in it, as the kernel's page cache does.
 The NPY header is memoised with the dataset (``ctx.keep``).
 """
 
@@ -64,8 +65,9 @@ HEADER_KEY = "npy-header"
 #: more than it asked for, instead of up to ``2*ndim-1`` boxes.
 BAND_ROW_BYTES = 256 << 10
 #: A sequential reader gathers about this many bytes of whole rows at once and
-#: keeps them for its next reads (one band per reader).
-BAND_BYTES = 8 << 20
+#: keeps them for its next reads: one band per open reader, memory outside the
+#: chunk cache's budget (as the reply buffers of reads under way are).
+BAND_BYTES = 4 << 20
 
 
 def npy_dtype_shape(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
