@@ -112,7 +112,7 @@ def test_every_symlink_stays_inside(soft: list[str], external: list[tuple[str, s
         # the links as stored are in the sidecar of the group holding them
         side = await walk(tree, "g/h.json" if single else f"{DOMAIN}/g/h.json")
         assert isinstance(side, FileNode)
-        stored = json.loads(await (await side.open()).read(0, 1 << 20))["links"]
+        stored = json.loads(bytes(await (await side.open()).read(0, 1 << 20)))["links"]
         assert stored == {**{f"s{i}": {"kind": "soft", "path": p} for i, p in enumerate(soft)},
                           **{f"e{i}": {"kind": "external", "domain": d, "path": p}
                              for i, (d, p) in enumerate(external)}}

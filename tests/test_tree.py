@@ -112,7 +112,7 @@ async def walk(tree: Tree, path: str) -> Node:
 async def read_all(node: Node) -> bytes:
     assert isinstance(node, FileNode)
     handle = await node.open()
-    return await handle.read(0, 1 << 30)
+    return bytes(await handle.read(0, 1 << 30))
 
 
 async def link_text(tree: Tree, path: str) -> str:
