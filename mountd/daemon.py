@@ -24,9 +24,8 @@ and is cancelled before the unmount, once the writes queued for the disk
 cache have ended (at most ``DISK_SETTLE`` seconds); the FUSE loop, the
 signal watchers and the systemd notifications live in ``_loop``'s nursery,
 so a wedged loop stops sending ``WATCHDOG=1`` and systemd restarts the
-service. A SIGHUP takes effect
-between two awaits of the trio thread: requests under way keep the objects
-they hold, and later ones fetch again.
+service. A SIGHUP takes effect between two awaits of the trio thread:
+requests under way keep the objects they hold, and later ones fetch again.
 """
 
 from __future__ import annotations
