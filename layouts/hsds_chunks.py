@@ -422,14 +422,15 @@ class HsdsChunkStore:
             out, [pos for pos, _ in misses], keys,
             [f.data if isinstance(f, Fetched) else f for f in fetched])
         for key, got, value in zip(keys, fetched, values, strict=True):
-            if isinstance(got, Fetched) and isinstance(value, bytes):
+            if isinstance(got, Fetched) and value is not None \
+                    and not isinstance(value, LayoutError):
                 await decoded.put(self._store, key, token, got.info.etag, value)
 
     async def _decode_into(self, out: list[bytes | LayoutError | None], where: list[int],
                            keys: list[str], raws: Sequence[bytes | LayoutError]
                            ) -> list[bytes | LayoutError | None]:
         """Decode ``raws`` (of ``keys``) together into ``out`` at ``where``; the values."""
-        nbytes = sum(len(raw) for raw in raws if isinstance(raw, bytes)) + \
+        nbytes = sum(len(raw) for raw in raws if not isinstance(raw, LayoutError)) + \
             (self._spec.nbytes or 0) * len(keys)
         values = await decode_sized(nbytes, self._decode_all, keys, raws)
         for pos, value in zip(where, values, strict=True):
