@@ -21,7 +21,7 @@ and thread counts take turns, and the report gives the median of
 
 Run from the repository root::
 
-    python -m bench.bench_blosc [--repeat 7] [--chunks 6]
+    .venv/bin/python -m bench.bench_blosc [--repeat 7] [--chunks 6]
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ daemon and of the reader (the reader's own, as it measured itself).
 
 Run from the repository root, as root (for drop_caches)::
 
-    python -m bench.bench_h5view [--repeat 3] [--cases abcde] [--no-doc]
+    .venv/bin/python -m bench.bench_h5view [--repeat 3] [--cases abcde] [--no-doc]
 """
 
 from __future__ import annotations

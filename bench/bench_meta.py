@@ -36,7 +36,8 @@ reaped when its measurement ends, also on errors, Ctrl-C and SIGTERM.
 
 Run from the repository root, as root (for drop_caches)::
 
-    python -m bench.bench_meta [--cases ls_wide10k,tiny] [--repeat 3] [--no-doc] [--million]
+    .venv/bin/python -m bench.bench_meta [--cases ls_wide10k,tiny] [--repeat 3] \
+        [--no-doc] [--million]
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ idle (other work may share the machine).
 
 Run from the repository root (as root, for drop_caches and the bdi setting)::
 
-    python -m bench.bench_npy            # measure everything, update docs/benchmarks.md
-    python -m bench.bench_npy --check    # exit 0 if data.npy is on a fresh mount
+    .venv/bin/python -m bench.bench_npy            # measure everything, update docs/benchmarks.md
+    .venv/bin/python -m bench.bench_npy --check    # exit 0 if data.npy is on a fresh mount
 """
 
 from __future__ import annotations

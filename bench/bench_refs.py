@@ -38,7 +38,7 @@ on errors and SIGTERM; the reference file is removed at the end.
 
 Run from the repository root, as root (for drop_caches)::
 
-    python -m bench.bench_refs
+    .venv/bin/python -m bench.bench_refs
 """
 
 from __future__ import annotations

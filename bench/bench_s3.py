@@ -32,7 +32,7 @@ SIGTERM.
 
 Run from the repository root, as root (for drop_caches)::
 
-    python -m bench.bench_s3
+    .venv/bin/python -m bench.bench_s3
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ SIGUSR1):
 
 Run from the repository root::
 
-    python -m bench.bench_table [--rows N] [--no-doc]
+    .venv/bin/python -m bench.bench_table [--rows N] [--no-doc]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ This module owns making, once, under a cache directory (default
 - ``READY.json``: written last; while it is there and matches, everything is
   reused as it is.
 
-Run ``python -m bench.data [--dir DIR] [--force]`` from the repository root;
+Run ``.venv/bin/python -m bench.data [--dir DIR] [--force]`` from the repository root;
 ``bench.bench_npy`` calls :func:`ensure` itself.
 """
 

@@ -26,7 +26,7 @@ for ``python -m pstats``.
 
 Run from the repository root::
 
-    python -m bench.s3get [--n 2000] [--concurrency 32] [--keepalive]
+    .venv/bin/python -m bench.s3get [--n 2000] [--concurrency 32] [--keepalive]
 """
 
 from __future__ import annotations
