@@ -14,10 +14,11 @@ cpu-clock`` while
 
 Each sample is charged to a process (the daemon, ``cat``, moto, the peer) and
 to a part by the object its instruction was in: the codec (libdeflate,
-c-blosc, zlib), the kernel (for the daemon split into its FUSE thread, which
-takes requests and copies replies, and its other threads: storage reads and
-page faults of new buffers), pyfuse3 and libfuse, the Python interpreter,
-numpy, libc (memcpy, malloc) and anything else. ``cpu-clock`` samples at a
+c-blosc, zlib), the kernel (for the daemon split into its main thread, which
+takes FUSE requests, copies replies and, over S3, does the socket I/O, and its
+worker threads: file reads and page faults of new buffers), pyfuse3 and
+libfuse, the Python interpreter, numpy, libc (memcpy, malloc) and anything
+else. ``cpu-clock`` samples at a
 fixed rate of CPU time, so samples / rate is CPU seconds; the report checks
 that against the processes' own CPU time.
 
@@ -77,8 +78,9 @@ PARTS_OF_OBJECTS = (
 #: Rows of the report: (process, part) and what the row says.
 ROWS = (
     (("h5mount", "codec"), "daemon: codec (libdeflate, c-blosc, zlib)"),
-    (("h5mount", "kernel/fuse"), "daemon: kernel, FUSE thread (take requests, copy replies)"),
-    (("h5mount", "kernel/other"), "daemon: kernel, other threads (storage reads, page faults)"),
+    (("h5mount", "kernel/main"), "daemon: kernel, main thread (FUSE requests and replies; "
+     "S3 sockets)"),
+    (("h5mount", "kernel/other"), "daemon: kernel, worker threads (file reads, page faults)"),
     (("h5mount", "pyfuse3"), "daemon: pyfuse3 and libfuse"),
     (("h5mount", "python"), "daemon: Python interpreter"),
     (("h5mount", "numpy"), "daemon: numpy"),
@@ -126,7 +128,7 @@ class Split:
             part = part_of(obj)
             if role == "h5mount":
                 if part == "kernel":
-                    part = "kernel/fuse" if tid == pid else "kernel/other"
+                    part = "kernel/main" if tid == pid else "kernel/other"
             elif part not in SHOWN_PARTS[role]:
                 part = "other"
             self.seconds[role, part] += 1.0 / HZ
@@ -315,9 +317,10 @@ def report(columns: list[tuple[str, Split]], repeat: int, command: str,
         *table(columns),
         "",
         "- codec is libdeflate (HSDS's Blosc frames with the zlib codec are inflated by "
-        "`layouts.blosc`), c-blosc and zlib; the daemon's kernel time on its FUSE thread is "
-        "reading requests from /dev/fuse and copying replies into the page cache, on its "
-        "other threads reading storage and faulting in new buffers.",
+        "`layouts.blosc`), c-blosc and zlib. The daemon's kernel time on its main thread is "
+        "reading requests from /dev/fuse, copying replies into the page cache and, over S3, "
+        "its sockets (trio runs them there); on its worker threads, reading files and "
+        "faulting in new buffers. `cat`'s kernel time is copying the page cache out.",
         SECTION_END,
     ]
     return "\n".join(lines) + "\n"

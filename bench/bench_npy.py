@@ -1062,7 +1062,8 @@ def write_doc(path: Path, section: str, start_marker: str = SECTION_START,
                 "says the command that produced it; rerun that command to refresh it.\n\n")
     start, end = text.find(start_marker), text.find(end_marker)
     if start >= 0 and end > start:
-        text = text[:start] + section + text[end + len(end_marker):].lstrip("\n")
+        rest = text[end + len(end_marker):].lstrip("\n")
+        text = text[:start] + section + ("\n" + rest if rest else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.parent.mkdir(parents=True, exist_ok=True)

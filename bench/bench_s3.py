@@ -14,7 +14,8 @@ measures:
   and, as a diagnostic, a second ``cat`` on the (a) mount, served by the
   kernel's page cache;
 - (c) what the network allows: plain aiobotocore GETs of the same chunk
-  objects plus the mount's decoder on 2 threads (``bench.s3peers``);
+  objects plus the mount's decoder on 2 threads (``bench.s3peers``), and
+  the same with ``numcodecs.blosc`` decoding (issue 15's peer);
 - (d) h5pyd reading the dataset through a real HSDS on the same bucket;
 - (f) h5py reading the local ``.h5`` with a warm page cache, the peer of the
   warm target (``bench_npy.time_h5py``);
@@ -88,6 +89,9 @@ def new_cases() -> dict[str, Case]:
         Case("c", "(c) network + decode", f"aiobotocore GETs of the chunk objects, "
              f"{s3peers.CONCURRENCY} in flight, + `decode_chunk` on {s3peers.DECODE_THREADS} "
              "threads, no FUSE"),
+        Case("c_numcodecs", "(c) network + numcodecs", "the same GETs + "
+             f"`numcodecs.blosc.decompress` on {s3peers.DECODE_THREADS} threads, no FUSE "
+             "(the issue 15 peer)"),
         Case("c_get", "(c) GETs only", "the same GETs without decoding; GiB/s of *stored* "
              "bytes; diagnostic"),
         Case("d", "(d) h5pyd", "h5pyd reading `data` in 1024-row slabs through a real HSDS "
@@ -195,11 +199,15 @@ def run_network(run: Run) -> None:
         spec=s3peers.chunk_spec(run.big.dataset_json))
     try:
         fetcher.read_all(decode=True, check=True)  # untimed: checks the data, warms threads
-        for key, decode in (("c", True), ("c_get", False)):
+        fetcher.read_all(decode=True, check=True, numcodecs=True)
+        for key, decode, numcodecs in (("c", True, False), ("c_numcodecs", True, True),
+                                       ("c_get", False, False)):
             case = run.cases[key]
             for _ in range(run.ctx.repeat):
-                with_retries(run.ctx, lambda case=case, decode=decode: [
-                    timed(run.ctx, case, lambda: fetcher.read_all(decode=decode), run.pids())])
+                with_retries(run.ctx, lambda case=case, decode=decode, numcodecs=numcodecs: [
+                    timed(run.ctx, case,
+                          lambda: fetcher.read_all(decode=decode, numcodecs=numcodecs),
+                          run.pids())])
     finally:
         fetcher.close()
 
@@ -451,7 +459,7 @@ def run(args: argparse.Namespace) -> int:
             current = Run(ctx, moto, big, args.options, find_moto_pid(moto), cases,
                           args.ls_timeout, args.h5pyd_repeat, cache_decoded=args.cache_decoded)
             _guard(current, ("visit",), run_many)
-            _guard(current, ("c", "c_get"), run_network)
+            _guard(current, ("c", "c_numcodecs", "c_get"), run_network)
             _guard(current, ("d",), run_h5pyd)
             _guard(current, ("h5py",), run_h5py)
             reason = _mount_ready(current)

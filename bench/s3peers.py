@@ -5,8 +5,9 @@ bucket, each returning ``(seconds, decoded bytes)``:
 
 - :class:`ChunkFetcher`: plain aiobotocore GETs of the dataset's chunk
   objects, ``concurrency`` requests in flight, each decoded with the mount's
-  own decoder (``layouts.hsds_chunks.decode_chunk``) on a 2-thread pool: what
-  the network and the CPUs allow here, with nothing of the mount in between;
+  own decoder (``layouts.hsds_chunks.decode_chunk``), or with
+  ``numcodecs.blosc`` (``numcodecs=True``), on a 2-thread pool: what the
+  network and the CPUs allow here, with nothing of the mount in between;
 - :func:`h5pyd_read`: h5pyd reading the dataset in row slabs through a real
   HSDS service whose storage is the same bucket.
 
@@ -20,10 +21,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numcodecs.blosc
 import numpy as np
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
@@ -80,11 +82,16 @@ class ChunkFetcher:
     def close(self) -> None:
         self.pool.shutdown()
 
-    def read_all(self, *, decode: bool = True, check: bool = False) -> tuple[float, int]:
-        """Fetch (and decode) every chunk once; (seconds, bytes) without client set-up."""
-        return asyncio.run(self._read_all(decode, check))
+    def read_all(self, *, decode: bool = True, check: bool = False,
+                 numcodecs: bool = False) -> tuple[float, int]:
+        """Fetch (and decode) every chunk once; (seconds, bytes) without client set-up.
+        ``numcodecs``: decode the Blosc frames with ``numcodecs.blosc`` instead of the
+        mount's decoder (the chunks are Blosc frames with the shuffle inside)."""
+        decoder = _numcodecs_decode if numcodecs else decode_chunk
+        return asyncio.run(self._read_all(decode, check, decoder))
 
-    async def _read_all(self, decode: bool, check: bool) -> tuple[float, int]:
+    async def _read_all(self, decode: bool, check: bool,
+                        decoder: Callable[[bytes, ChunkSpec, str], bytes]) -> tuple[float, int]:
         config = AioConfig(max_pool_connections=self.concurrency,
                            s3={"addressing_style": "path"})
         async with get_session().create_client(
@@ -102,8 +109,7 @@ class ChunkFetcher:
                         raw = await body.read()
                     if not decode:
                         return len(raw)
-                    out = await loop.run_in_executor(self.pool, decode_chunk, raw,
-                                                     self.spec, key)
+                    out = await loop.run_in_executor(self.pool, decoder, raw, self.spec, key)
                     if check and key.endswith("/0_0"):
                         check_first_chunk(out)
                     return len(out)
@@ -111,6 +117,14 @@ class ChunkFetcher:
             started = time.perf_counter()
             total = sum(await asyncio.gather(*(one(key) for key in self.keys)))
             return time.perf_counter() - started, total
+
+
+def _numcodecs_decode(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
+    """A bench chunk object decoded by ``numcodecs.blosc`` alone."""
+    out = numcodecs.blosc.decompress(raw)
+    if len(out) != spec.nbytes:
+        raise PeerError(f"{key}: numcodecs decoded {len(out)} bytes, expected {spec.nbytes}")
+    return out
 
 
 @contextlib.contextmanager
