@@ -346,20 +346,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             bench_npy.write_doc(args.doc, section, SECTION_START, SECTION_END)
         return 0
     finally:
-        mounting.unmount(workdir / "mnt")
-        if mounting.is_mounted(workdir / "mnt"):
-            log.error("%s is still mounted; workdir kept", workdir / "mnt")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        bench_npy.release_workdir(workdir, "mnt")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=benchdata.DEFAULT_DIR,
-                        help=f"data cache directory (default {benchdata.DEFAULT_DIR})")
+    parser = bench_npy.bench_parser(__doc__)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each read (default 3)")
     parser.add_argument("--s3", action="store_true",
                         help="also split a cold read over S3 (moto) and its GET + decode peer")

@@ -43,7 +43,6 @@ import logging
 import os
 import resource
 import shlex
-import shutil
 import signal
 import statistics
 import subprocess
@@ -536,20 +535,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             bench_npy.write_doc(args.doc, section, SECTION_START, SECTION_END)
         return 0
     finally:
-        mounting.unmount(workdir / "h5mount")
-        if mounting.is_mounted(workdir / "h5mount"):
-            log.error("%s is still mounted; workdir kept", workdir / "h5mount")
-        elif not args.keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        bench_npy.release_workdir(workdir, "h5mount", keep=args.keep_workdir)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point (also of the reader process, with ``--reader``)."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=benchdata.DEFAULT_DIR,
-                        help=f"data cache directory (default {benchdata.DEFAULT_DIR})")
+    parser = bench_npy.bench_parser(__doc__)
     parser.add_argument("--cases", default=ALL_CASES,
                         help=f"which cases to run, as letters (default {ALL_CASES})")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (default 3)")

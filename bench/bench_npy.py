@@ -1152,13 +1152,30 @@ def add_quiet_options(parser: argparse.ArgumentParser, *, max_busy: float,
                         help=f"how often a disturbed run is redone (default {retries})")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point."""
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__,
+def bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The command line every benchmark on the bench data starts from: its module
+    docstring as the help, and ``--dir``."""
+    parser = argparse.ArgumentParser(description=doc,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=benchdata.DEFAULT_DIR,
                         help=f"data cache directory (default {benchdata.DEFAULT_DIR})")
+    return parser
+
+
+def release_workdir(workdir: Path, mount: str, keep: bool = False) -> None:
+    """Unmount ``workdir/mount`` and remove ``workdir``, unless ``keep`` or the
+    mount is still there (then its files stay for a look)."""
+    mounting.unmount(workdir / mount)
+    if mounting.is_mounted(workdir / mount):
+        log.error("%s is still mounted; workdir kept", workdir / mount)
+    elif not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = bench_parser(__doc__)
     parser.add_argument("--cases", default=ALL_CASES,
                         help=f"which cases to run, as letters (default {ALL_CASES})")
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per case (default 5)")
