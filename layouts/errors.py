@@ -71,7 +71,7 @@ REPORTED_MAX = 10_000
 _reported: OrderedDict[str, None] = OrderedDict()
 
 
-def _first_report(key: str) -> bool:
+def first_report(key: str) -> bool:
     """True the first time ``key`` is seen (since it was last forgotten)."""
     try:
         _reported.move_to_end(key)  # one call: no gap for another thread to evict it in
@@ -85,11 +85,11 @@ def _first_report(key: str) -> bool:
 
 def report_once(err: StorageError) -> None:
     """Log ``err`` unless an error for the same key was logged before."""
-    if _first_report(err.key):
+    if first_report(err.key):
         log.error("cannot read %s: %s", err.key, err.reason)
 
 
 def report_unexpected(where: str, exc: BaseException) -> None:
     """Log an exception that is a bug, with its traceback, once per place and kind."""
-    if _first_report(f"{where}: {type(exc).__name__}: {exc}"):
+    if first_report(f"{where}: {type(exc).__name__}: {exc}"):
         log.error("unexpected error in %s", where, exc_info=exc)

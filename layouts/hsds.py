@@ -14,7 +14,7 @@ that are not valid HSDS, naming the key) or ``StorageError`` from the store.
 Metadata from a bucket someone else controls is held to the bounds of
 ``layouts.bounds``, so one hostile object gives ``Corrupt`` for itself alone
 and nothing built from it can exhaust memory or the stack later: every JSON
-object is read capped at ``max_metadata`` bytes (``storage.get_capped``);
+object is read capped at ``max_metadata`` bytes (``storage.fetch_capped``);
 ranks, element sizes, element and byte counts are bounded (``MAX_RANK``,
 ``MAX_ITEM_BYTES``, ``MAX_ELEMENTS``, ``check_sizes``); JSON kept as stored
 (``domain`` info, a dataset's type, filters and layout) is checked by
@@ -22,14 +22,24 @@ ranks, element sizes, element and byte counts are bounded (``MAX_RANK``,
 ``/``, not valid Unicode; see ``bounds.link_name_problem``) or whose JSON is
 malformed is left out of its group, logged once per group.
 
+An object's ``modified`` time is the storage time of its JSON (the file's
+mtime, or S3's LastModified), never a time the JSON holds, so a tree shows
+the same bytes whether its objects were read one by one or built from
+HSDS's domain summaries. With a ``DomainIndex`` (``layouts.hsds_domains``),
+a walk lists a domain once: objects the listing does not hold are missing
+with no request, those a current summary covers are built from it, and the
+rest are read in one batch; ``load_objects`` says how old each answer's
+proof is, for the metadata cache.
+
 As a source (``layouts.formats``): ``probe_place`` recognises a bucket in a
 directory or an object-store prefix, and ``open_place`` opens it (or the one
 domain ``--domain`` names), refusing with ``SourceError`` what cannot be
 mounted.
 
-Concurrency: ``HsdsCatalog`` keeps no mutable state, so any number of trio
-tasks may call it at once. Metadata JSON is small and parsed inline. The
-``open_uri`` resolver it is given is called from trio tasks and must not block.
+Concurrency: ``HsdsCatalog`` keeps no mutable state of its own (the domain
+index has its rules), so any number of trio tasks may call it at once.
+Metadata JSON is small and parsed inline. The ``open_uri`` resolver it is
+given is called from trio tasks and must not block.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ from layouts.decoding import DecodedCache
 from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, SourceError, report_once
 from layouts.h5types import MAX_TYPE_DEPTH, parsed_type
 from layouts.hsds_chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
-from layouts.hsds_keyindex import DomainKeys
+from layouts.hsds_domains import DomainIndex, DomainState
 from layouts.hsds_linked import linked_chunks, linked_store
 from layouts.hsds_values import attribute_value, fill_value
 from layouts.model import (
@@ -68,15 +78,13 @@ from layouts.model import (
     ObjectKind,
 )
 from layouts.places import Host, Place, PlaceKind
-from layouts.storage import DEFAULT_MAX_METADATA, OpenUri, Store, get_capped, get_many
+from layouts.storage import DEFAULT_MAX_METADATA, OpenUri, Store, fetch_capped
 
 log = logging.getLogger(__name__)
 
 DOMAIN_FILE = ".domain.json"
 #: Layout classes whose chunks live in another file (``hsload --link``).
 LINKED_LAYOUTS = ("H5D_CONTIGUOUS_REF", "H5D_CHUNKED_REF", "H5D_CHUNKED_REF_INDIRECT")
-#: Times further from 1970 than this many seconds (about 31,000 years) are not times.
-MAX_TIME = 1e12
 #: Malformed links named in the one log line of a group that has them.
 LOGGED_BAD_LINKS = 3
 #: How many top-level prefixes ``probe`` checks for a ``.domain.json``.
@@ -96,16 +104,6 @@ def _prefix(path: str) -> str:
     return f"{path}/" if path else ""
 
 
-def _time(value: Any) -> float | None:
-    """A stored time as seconds, or None if it is not a number that can be one."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, int) and abs(value) >= MAX_TIME:
-        return None  # float() of a huge integer overflows
-    seconds = float(value)
-    return seconds if abs(seconds) < MAX_TIME else None  # NaN fails too
-
-
 def _load_json(key: str, raw: bytes) -> dict[str, Any]:
     try:
         doc = storedjson.loads(raw)
@@ -122,6 +120,16 @@ def _object_json(key: str, raw: bytes) -> dict[str, Any]:
     if not raw:
         raise Corrupt(key, "object JSON is empty")
     return _load_json(key, raw)
+
+
+def _root_uuid1(domain: Domain) -> str | None:
+    """The ``uuid1`` of a schema v2 domain's root group (its objects' prefix)."""
+    if domain.root_id is None:
+        return None
+    try:
+        return hsds_ids.parse_id(domain.root_id).uuid1
+    except hsds_ids.BadId:
+        return None
 
 
 def _parse_id(obj_id: str) -> hsds_ids.HsdsId:
@@ -157,11 +165,11 @@ async def open_place(place: Place, host: Host) -> HsdsCatalog:
     assert place.store is not None
     source, domain = place.location, host.domain
     single = None if domain is None else _domain_path(domain)
-    # With metadata_ttl 0 every listing would list the whole domain again.
-    keys = DomainKeys(place.store, host.metadata_ttl) \
-        if place.kind is PlaceKind.BUCKET and host.metadata_ttl > 0 else None
+    # With metadata_ttl 0 every walk would list the whole domain again.
+    index = DomainIndex(place.store, host.metadata_ttl, eager=place.kind is PlaceKind.BUCKET) \
+        if host.metadata_ttl > 0 else None
     catalog = HsdsCatalog(place.store, single_domain=single, open_uri=host.storage_opener(),
-                          max_metadata=host.max_metadata, domain_keys=keys,
+                          max_metadata=host.max_metadata, domain_index=index,
                           decoded=host.decoded_cache)
     if single is not None:
         try:
@@ -190,18 +198,18 @@ class HsdsCatalog:
     HDF5 files that linked datasets name (``layouts.storage.OpenUri``);
     without it their chunks cannot be read, while their metadata still can.
     ``max_metadata`` is the largest JSON object read, in bytes (``Corrupt``
-    beyond it). With ``domain_keys`` (object stores), datasets list their
-    chunks from one listing of their domain (``layouts.hsds_keyindex``).
+    beyond it). With ``domain_index``, a walk lists each domain once and
+    builds what its summary covers from it (``layouts.hsds_domains``).
     ``decoded`` keeps decoded chunks across mounts (``layouts.decoding``).
     """
 
     def __init__(self, store: Store, single_domain: str | None = None,
                  open_uri: OpenUri | None = None,
                  max_metadata: int = DEFAULT_MAX_METADATA,
-                 domain_keys: DomainKeys | None = None, *,
+                 domain_index: DomainIndex | None = None, *,
                  decoded: DecodedCache | None = None) -> None:
         self._store = store
-        self._domain_keys = domain_keys
+        self._index = domain_index
         self._decoded = decoded
         self._open_uri = open_uri
         self._single = _clean_path(single_domain) if single_domain is not None else None
@@ -217,11 +225,15 @@ class HsdsCatalog:
     def store(self) -> Store:
         return self._store
 
+    @property
+    def domain_index(self) -> DomainIndex | None:
+        return self._index
+
     def drop(self) -> None:
-        """Forget what the catalog keeps besides answers (SIGHUP): the domain key
-        indexes, so chunks written since are listed."""
-        if self._domain_keys is not None:
-            self._domain_keys.drop()
+        """Forget what the catalog keeps besides answers (SIGHUP): the domain
+        states, so objects and chunks written since are found."""
+        if self._index is not None:
+            self._index.drop()
 
     # ------------------------------------------------------------------ folders
 
@@ -240,14 +252,14 @@ class HsdsCatalog:
         path = _clean_path(path)
         key = f"{path}/{DOMAIN_FILE}" if path else DOMAIN_FILE
         try:
-            raw = await get_capped(self._store, key, self._max_metadata)
+            fetched = await fetch_capped(self._store, key, self._max_metadata)
         except NotFound:
-            raw = b""
-        if not raw:
+            fetched = None
+        if fetched is None or not fetched.data:
             if await self._has_prefix(path):
                 return None
             raise NotFound(key)
-        doc = _load_json(key, raw)
+        doc = _load_json(key, fetched.data)
         root = doc.get("root")
         if root is not None:
             try:
@@ -262,8 +274,7 @@ class HsdsCatalog:
             check_json(info, "domain")
         except FormatError as exc:
             raise Corrupt(key, str(exc)) from exc
-        return Domain(path=path, root_id=root, created=_time(doc.get("created")),
-                      modified=_time(doc.get("lastModified")), info=info)
+        return Domain(path=path, root_id=root, modified=fetched.info.mtime, info=info)
 
     async def _has_prefix(self, path: str) -> bool:
         try:
@@ -275,14 +286,28 @@ class HsdsCatalog:
     # ------------------------------------------------------------------ objects
 
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
-        return await self._object(obj_id)
+        found = (await self.load_objects(domain, [obj_id]))[0][0]
+        if isinstance(found, LayoutError):
+            raise found
+        return found
 
     async def get_objects(self, domain: Domain,
                           obj_ids: Sequence[str]) -> list[AnyObject | LayoutError]:
-        """Many objects at once, each or the error loading it raised, in order.
+        """Many objects at once, each or the error loading it raised, in order."""
+        return [found for found, _ in await self.load_objects(domain, obj_ids)]
 
-        The JSON of all of them is read with one ``get_many`` (one worker-thread
-        call on a local directory, concurrent GETs elsewhere), then parsed here.
+    async def load_objects(self, domain: Domain, obj_ids: Sequence[str]
+                           ) -> list[tuple[AnyObject | LayoutError, float]]:
+        """Many objects at once, each (or the error loading it raised) with the
+        age of what proves it current, in seconds, in order.
+
+        Objects of the domain's root prefix come from its ``DomainState`` when
+        the index has one (or makes one now, for a walk): an object the
+        listing does not hold is ``NotFound``, one built before from JSON
+        with the same validator is the same instance, one a current summary
+        covers is built from its entry; their age is the listing's. The
+        JSON of the rest is read with one ``fetch_many`` (one worker-thread
+        call on a local directory, concurrent GETs elsewhere) and parsed here.
         """
         hids: list[hsds_ids.HsdsId | LayoutError] = []
         for obj_id in obj_ids:
@@ -290,51 +315,97 @@ class HsdsCatalog:
                 hids.append(_parse_id(obj_id))
             except LayoutError as exc:
                 hids.append(exc)
-        found = [(hid, hid.json_key()) for hid in hids if not isinstance(hid, LayoutError)]
-        raws = iter(zip(found, await get_many(self._store, [key for _, key in found],
-                                              self._max_metadata), strict=True))
-        out: list[AnyObject | LayoutError] = []
-        for item in hids:
-            if isinstance(item, LayoutError):
-                out.append(item)
-                continue
-            (hid, key), raw = next(raws)
+        uuid1 = _root_uuid1(domain)
+        mine = sum(1 for hid in hids if isinstance(hid, hsds_ids.HsdsId) and hid.uuid1 == uuid1)
+        state = await self._index.state(uuid1, mine) \
+            if self._index is not None and uuid1 is not None and mine else None
+        age = self._index.age(state) if self._index is not None and state is not None else 0.0
+        out: list[tuple[AnyObject | LayoutError, float]] = [(NotFound(""), 0.0)] * len(hids)
+        unread: list[int] = []
+        for pos, hid in enumerate(hids):
+            if isinstance(hid, LayoutError):
+                out[pos] = (hid, 0.0)
+            elif state is None or hid.uuid1 != uuid1:
+                unread.append(pos)
+            else:
+                found = await self._from_state(state, hid)
+                if found is None:
+                    unread.append(pos)
+                else:
+                    out[pos] = (found, age)
+        if not unread:
+            return out
+        reads = await self._store.fetch_many(
+            [hid.json_key() for pos in unread if isinstance(hid := hids[pos], hsds_ids.HsdsId)],
+            self._max_metadata)
+        for pos, got in zip(unread, reads, strict=True):
+            hid = hids[pos]
+            assert isinstance(hid, hsds_ids.HsdsId)
+            in_state = state is not None and hid.uuid1 == uuid1
             try:
-                if isinstance(raw, LayoutError):
-                    raise raw
-                out.append(await self._build(hid, _object_json(key, raw)))
+                if isinstance(got, LayoutError):
+                    raise got
+                obj = await self._build(hid, _object_json(hid.json_key(), got.data),
+                                        got.info.mtime)
             except LayoutError as exc:
-                out.append(exc)
+                out[pos] = (exc, age if in_state else 0.0)
+                continue
+            if state is not None and in_state:
+                state.built[hid.id] = (got.info.etag, obj)
+            out[pos] = (obj, age if in_state else 0.0)
         return out
+
+    async def _from_state(self, state: DomainState, hid: hsds_ids.HsdsId
+                          ) -> AnyObject | LayoutError | None:
+        """The object as ``state`` knows it: missing, built before, or built from
+        its summary entry; None if its JSON must be read."""
+        found = state.listing.objects.get(hid.id)
+        if found is None:
+            return NotFound(hid.json_key())
+        kept = state.built.get(hid.id)
+        if kept is not None and kept[0] == found.etag:
+            return kept[1]
+        doc = state.docs.pop(hid.id, None)
+        if doc is None:
+            return None
+        try:
+            obj = await self._build(hid, doc, found.mtime)
+        except LayoutError:
+            return None  # the entry does not build: the object's own JSON says why
+        state.built[hid.id] = (found.etag, obj)
+        return obj
 
     async def _object(self, obj_id: str) -> AnyObject:
         hid = _parse_id(obj_id)
-        return await self._build(hid, await self._read_json(hid.json_key()))
+        fetched = await fetch_capped(self._store, hid.json_key(), self._max_metadata)
+        return await self._build(hid, _object_json(hid.json_key(), fetched.data),
+                                 fetched.info.mtime)
 
-    async def _build(self, hid: hsds_ids.HsdsId, doc: dict[str, Any]) -> AnyObject:
-        """The model object of ``hid`` from its JSON document."""
+    async def _build(self, hid: hsds_ids.HsdsId, doc: dict[str, Any],
+                     modified: float) -> AnyObject:
+        """The model object of ``hid`` from its JSON document (or summary entry),
+        whose storage time is ``modified``."""
         key = hid.json_key()
         if doc.get("id", hid.id) != hid.id:
             raise Corrupt(key, f"holds object {doc.get('id')!r}, not {hid.id}")
         try:
             if hid.prefix == "g":
-                return self._group(hid, key, doc)
+                return self._group(hid, key, doc, modified)
             if hid.prefix == "t":
                 tj = doc.get("type")
                 check_json(tj, "type")
-                return Datatype(id=hid.id, attrs=self._attrs(doc),
-                                created=_time(doc.get("created")),
-                                modified=_time(doc.get("lastModified")),
+                return Datatype(id=hid.id, attrs=self._attrs(doc), modified=modified,
                                 type=parsed_type(tj)[1])
-            return await self._dataset(hid, key, doc)
+            return await self._dataset(hid, key, doc, modified)
         except (FormatError, KeyError, TypeError, ValueError, OverflowError,
                 RecursionError) as exc:
             raise Corrupt(key, str(exc) or type(exc).__name__) from exc
 
     async def _read_json(self, key: str) -> dict[str, Any]:
-        return _object_json(key, await get_capped(self._store, key, self._max_metadata))
+        return _object_json(key, (await fetch_capped(self._store, key, self._max_metadata)).data)
 
-    def _group(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any]) -> Group:
+    def _group(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any],
+               modified: float) -> Group:
         raw_links = doc.get("links", {})
         if not isinstance(raw_links, Mapping):
             raise FormatError("links must be an object")
@@ -350,8 +421,7 @@ class HsdsCatalog:
         if bad:
             report_once(Corrupt(f"{key} (links)", f"{len(bad)} of the links of {hid.id} "
                                 f"are left out: {', '.join(bad[:LOGGED_BAD_LINKS])}"))
-        return Group(id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),
-                     modified=_time(doc.get("lastModified")), links=links)
+        return Group(id=hid.id, attrs=self._attrs(doc), modified=modified, links=links)
 
     @staticmethod
     def _link(item: Any) -> Link | None:
@@ -419,7 +489,8 @@ class HsdsCatalog:
         inner = await self._resolve_type(doc.get("type"), depth + 1)
         return {**inner, "id": tid.id} if isinstance(inner, Mapping) else inner
 
-    async def _dataset(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any]) -> Dataset:
+    async def _dataset(self, hid: hsds_ids.HsdsId, key: str, doc: Mapping[str, Any],
+                       modified: float) -> Dataset:
         tj = await self._resolve_type(doc.get("type"))
         check_json(tj, "type")
         htype, etype = parsed_type(tj)
@@ -448,11 +519,10 @@ class HsdsCatalog:
                 raise FormatError(f"bad partition_count {partitions!r}")
             spec = ChunkSpec(htype=htype, etype=etype, chunks=chunks, plan=plan)
             store = HsdsChunkStore(self._store, hid, shape, spec, partitions,
-                                   domain_keys=self._domain_keys, decoded=self._decoded)
+                                   domain_index=self._index, decoded=self._decoded)
         check_sizes(shape, chunks, etype)
         return Dataset(
-            id=hid.id, attrs=self._attrs(doc), created=_time(doc.get("created")),
-            modified=_time(doc.get("lastModified")), shape=shape, maxshape=maxshape,
+            id=hid.id, attrs=self._attrs(doc), modified=modified, shape=shape, maxshape=maxshape,
             type=etype, chunks=chunks, fill_value=fill,
             hdf5={"type": tj, "filters": filters, "layout": dict(layout)}, store=store)
 

@@ -30,7 +30,7 @@ size for fixed-size elements, the bitshuffle worst case for a bitshuffled one,
 more, or a zlib stream holding more, makes the chunk ``Corrupt``.
 
 ``HsdsChunkStore.read_many`` reads a batch of chunk objects with one
-``get_many`` of the store (one worker-thread call for a local bucket,
+``fetch_many`` of the store (one worker-thread call for a local bucket,
 concurrent gets for a remote one), so tiny chunks do not each pay a thread
 hop; a missing object reads as None and a bad one as its error, each on its own.
 
@@ -39,6 +39,10 @@ on a remote bucket), a chunk is first looked up there, by its key and a
 token hashing its ``ChunkSpec`` (filters, types, chunk shape); a hit is
 neither read nor decoded. A miss is read with ``fetch`` (for the etag the
 bytes are of) and its decoded bytes are handed back to the cache.
+
+Chunks are listed from the domain's ``DomainState`` (``layouts.hsds_domains``)
+when it has one, or makes one (object stores); else the chunk directory (and
+its partition directories) is listed.
 
 Concurrency: a store holds only immutable state and may be used from many trio
 tasks. Decoding a chunk (or a batch) goes through ``layouts.decoding``: once
@@ -65,11 +69,11 @@ from layouts.errors import Corrupt, FormatError, LayoutError, NotFound
 from layouts.gather import outcomes
 from layouts.h5filters import filter_classes
 from layouts.h5types import HType
-from layouts.hsds_keyindex import DomainKeys
+from layouts.hsds_domains import DomainIndex
 from layouts.hsds_values import read_count, read_elements, to_plain
 from layouts.inflate import MAX_VLEN_CHUNK_BYTES, blosc_sizes, inflate, unblosc
 from layouts.model import ChunkIndex, ElementType, VlenKind, chunk_grid, in_chunk_grid
-from layouts.storage import GET_MANY_CONCURRENCY, Fetched, Store, get_many
+from layouts.storage import GET_MANY_CONCURRENCY, Fetched, Store
 
 log = logging.getLogger(__name__)
 
@@ -308,10 +312,10 @@ class HsdsChunkStore:
 
     def __init__(self, store: Store, dset: hsds_ids.HsdsId, shape: tuple[int, ...] | None,
                  spec: ChunkSpec, partition_count: int = 0, *,
-                 domain_keys: DomainKeys | None = None,
+                 domain_index: DomainIndex | None = None,
                  decoded: DecodedCache | None = None) -> None:
         self._store = store
-        self._domain_keys = domain_keys
+        self._index = domain_index
         self._decoded = decoded if decoded is not None and decoded.keeps(store) else None
         self._token = decoded_token("hsds", spec) if self._decoded is not None else ""
         self._dset = dset
@@ -383,7 +387,7 @@ class HsdsChunkStore:
 
     async def read_many(self, indices: Sequence[ChunkIndex]) -> list[bytes | LayoutError | None]:
         """``read`` of every index, in order, each a chunk, None or the error: the
-        objects are read with one ``get_many`` and decoded together (in one
+        objects are read with one ``fetch_many`` and decoded together (in one
         worker-thread call once the batch reaches ``THREAD_THRESHOLD``); with a
         ``DecodedCache``, only those it does not hold."""
         if self._spec.plan.unknown:
@@ -400,7 +404,9 @@ class HsdsChunkStore:
         if self._decoded is not None:
             await self._read_many_kept(out, where, keys, self._decoded)
         else:
-            await self._decode_into(out, where, keys, await get_many(self._store, keys))
+            fetched = await self._store.fetch_many(keys)
+            await self._decode_into(out, where, keys,
+                                    [f.data if isinstance(f, Fetched) else f for f in fetched])
         return out
 
     async def _read_many_kept(self, out: list[bytes | LayoutError | None], where: list[int],
@@ -461,10 +467,10 @@ class HsdsChunkStore:
             async for index in self._iter_v1():
                 yield index
             return
-        if self._domain_keys is not None:
-            names = await self._domain_keys.chunk_names(self._dset)
-            if names is not None:
-                for index in self._indexed(names):
+        if self._index is not None and self._dset.uuid1 is not None:
+            state = await self._index.state(self._dset.uuid1, 0, chunks=True)
+            if state is not None:
+                for index in self._indexed(state.listing.chunks.get(self._dset.uuid2 or "", [])):
                     yield index
                 return
         base = self._dset.chunk_dir()

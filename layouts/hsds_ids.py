@@ -78,6 +78,13 @@ class HsdsId:
         return f"db/{self.uuid1}/d/{self.uuid2}/"
 
 
+def root_id(uuid1: str) -> str:
+    """The id of the root group of the schema v2 domain whose objects live
+    under ``db/<uuid1>/``: its ``uuid2`` is ``uuid1``'s hex digits each plus 8."""
+    digits = "".join(f"{(int(c, 16) + 8) % 16:x}" for c in uuid1.replace("-", ""))
+    return f"g-{uuid1}-{digits[:4]}-{digits[4:10]}-{digits[10:]}"
+
+
 def normalize_id(text: str) -> str:
     """``groups/<uuid>`` and ``datasets/d-...`` (older reference forms) to ``g-...``/``d-...``."""
     if "/" in text:

@@ -466,8 +466,7 @@ class RefCatalog:
         self._max_metadata = max_metadata
         self._index = KeyIndex(table.refs)
         self._objects: dict[str, AnyObject] = {}
-        self._domain = Domain(path="", root_id=ROOT_ID, created=table.mtime,
-                              modified=table.mtime, info={})
+        self._domain = Domain(path="", root_id=ROOT_ID, modified=table.mtime, info={})
         log.debug("%s: %d refs, %d groups, %d datasets", table.location, len(table.refs),
                   len(self._index.groups) + len(self._index.implicit), len(self._index.datasets))
 
@@ -534,7 +533,7 @@ class RefCatalog:
                                 f"{len(bad)} children of /{prefix} are left out: "
                                 f"{', '.join(bad[:LOGGED_BAD_NAMES])}"))
         mtime = self._table.mtime
-        return Group(id=_object_id(prefix), attrs=attrs, created=mtime, modified=mtime,
+        return Group(id=_object_id(prefix), attrs=attrs, modified=mtime,
                      links=links)
 
     async def _link(self, child: str) -> Link:
@@ -612,7 +611,7 @@ class RefCatalog:
         layout = {"class": "H5D_CHUNKED", "dims": list(chunks)} if shape else \
             {"class": "H5D_CONTIGUOUS"}
         mtime = self._table.mtime
-        return Dataset(id=_object_id(prefix), attrs=attrs, created=mtime, modified=mtime,
+        return Dataset(id=_object_id(prefix), attrs=attrs, modified=mtime,
                        shape=shape, maxshape=shape, type=etype, chunks=chunks,
                        fill_value=fill, store=store,
                        hdf5={"type": dict(etype.hdf5),

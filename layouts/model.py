@@ -27,9 +27,12 @@ import enum
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from layouts.errors import LayoutError
 
 ChunkIndex = tuple[int, ...]
 
@@ -147,7 +150,8 @@ class H5Object:
 
     id: str
     attrs: tuple[Attribute, ...] = ()
-    created: float | None = None
+    #: When the object's stored metadata was last written, as storage keeps
+    #: it (seconds since the epoch); None where the format has no such time.
     modified: float | None = None
 
     @property
@@ -285,11 +289,12 @@ class Domain:
     catalog without leading or trailing slash (``home/u/f.h5``; ``""`` for a
     catalog that is one file). ``info`` is the format's domain metadata shown
     under the root sidecar's ``domain`` key (owner, acls, created, lastModified).
+    ``modified`` is when its stored description (an HSDS ``.domain.json``, a
+    reference file) was last written, as storage keeps it.
     """
 
     path: str
     root_id: str | None
-    created: float | None = None
     modified: float | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
 
@@ -316,4 +321,18 @@ class Catalog(Protocol):
 
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
         """One object of ``domain`` by id."""
+        ...
+
+
+@runtime_checkable
+class AgedCatalog(Catalog, Protocol):
+    """A catalog that says, for each object it loads, how old the proof is that
+    it is current: an answer built from a listing made a while ago is as old
+    as that listing (``layouts.hsds_domains``), and a cache in front of it
+    keeps it no longer than ``metadata_ttl`` from then."""
+
+    async def load_objects(self, domain: Domain, obj_ids: Sequence[str]
+                           ) -> list[tuple[AnyObject | LayoutError, float]]:
+        """Each object or the error loading it raised, with the age of its proof
+        in seconds, in order."""
         ...

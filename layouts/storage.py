@@ -9,15 +9,19 @@ naming the key. Implementations must be safe to call from many trio tasks at
 once; they hold no per-call state.
 
 ``fetch`` is the primitive the block cache builds on: one read that also says
-what the whole object is (size and validator), so a first read needs no
-separate ``head``. ``get_many`` reads many small objects (metadata JSON) in
-one call where the backend can do better than one ``get`` each. Metadata
-objects are read capped (``get_capped``, ``get_many(limit=...)``): an object
-larger than the mount's ``-o max_metadata`` is refused with ``Corrupt``
-before more than that many bytes are read. Listings
-come two ways: ``list_dir`` for small levels (folders, partitions) and
-``iter_dir`` for levels that may be huge (the chunk keys of one dataset),
-which yields page by page and never holds them all.
+what the whole object is (size, validator and last-modified time), so a first
+read needs no separate ``head``. ``fetch_many`` reads many small objects
+(metadata JSON) in one call where the backend can do better than one
+``fetch`` each (``fetch_each`` is the plain way, for the backends that
+cannot). Metadata objects are read capped (``fetch_capped``,
+``fetch_many(limit=...)``): an object larger than the mount's
+``-o max_metadata`` is refused with ``Corrupt`` before more than that many
+bytes are read. Listings come three ways: ``list_dir`` for small levels
+(folders, partitions), ``iter_dir`` for levels that may be huge (the chunk
+keys of one dataset), which yields page by page and never holds them all,
+and ``list_tree`` for every key under a prefix at once, with the
+``ObjectInfo`` of the keys a caller asks about (one listing of a whole HSDS
+domain, bounded by a number of keys).
 
 ``OpenUri`` is how a format reads a file its metadata names by URI (an HSDS
 ``file_uri``, a reference file's refs): the daemon gives a resolver from URI
@@ -34,12 +38,12 @@ from typing import Protocol
 from layouts.errors import Corrupt, LayoutError
 from layouts.gather import outcomes
 
-#: Keys fetched at once by ``get_many`` over a store that has no batch read.
+#: Keys fetched at once by ``fetch_each``, for a store that has no batch read.
 GET_MANY_CONCURRENCY = 64
 #: Largest metadata object (HSDS JSON, a reference file's ``.zattrs``) read by
 #: default; ``-o max_metadata`` sets it.
 DEFAULT_MAX_METADATA = 64 << 20
-#: Bytes ``get_capped`` asks for first: every metadata object of a normal
+#: Bytes ``fetch_capped`` asks for first: every metadata object of a normal
 #: bucket fits, so it is one read, and it is one block of the block cache.
 CAPPED_FIRST_READ = 1 << 20
 
@@ -54,7 +58,9 @@ class ByteRange:
 
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
-    """What ``head`` returns: size, and a validator that changes when the object does."""
+    """What ``head`` returns: size, a validator that changes when the object
+    does, and the time it was last written (seconds since the epoch, as the
+    store keeps it: whole seconds on S3 and HTTP, the file's mtime on disk)."""
 
     size: int
     etag: str
@@ -113,8 +119,18 @@ class Store(Protocol):
         sub-prefixes ending in ``/``), lazily, a page at a time, in no promised order."""
         ...
 
-    def iter_keys(self, prefix: str) -> AsyncIterator[str]:
-        """Every key under ``prefix`` at any depth, lazily, in no promised order."""
+    async def list_tree(self, prefix: str, info_for: Callable[[str], bool],
+                        limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
+        """Every key under ``prefix`` at any depth, in no promised order, each with
+        its ``ObjectInfo`` where ``info_for(key)`` asks for it (a store whose
+        listings carry it anyway gives it for every key); None, and no more
+        listed, once there are more than ``limit`` keys."""
+        ...
+
+    async def fetch_many(self, keys: Sequence[str],
+                         limit: int | None = None) -> list[Fetched | LayoutError]:
+        """``fetch`` of each whole object (``fetch_capped`` with a ``limit``), or the
+        ``LayoutError`` it raised, in order."""
         ...
 
 
@@ -131,44 +147,33 @@ def too_large(key: str, limit: int, size: int | None = None) -> Corrupt:
                         "(mount with a larger -o max_metadata to read it)")
 
 
-async def get_capped(store: Store, key: str, limit: int) -> bytes:
-    """The whole object at ``key``, or ``Corrupt`` if it holds more than ``limit`` bytes.
+async def fetch_capped(store: Store, key: str, limit: int) -> Fetched:
+    """The whole object at ``key`` and its info, or ``Corrupt`` if it holds more
+    than ``limit`` bytes.
 
     Never more than ``limit + 1`` bytes are read. The first read asks for
-    ``CAPPED_FIRST_READ`` bytes; only an object that fills it costs a ``head``
-    (answered from memory by a block cache that just read it), which refuses
-    an object known to be too large without reading more, then a second read
-    of at most the rest of ``limit + 1`` bytes.
+    ``CAPPED_FIRST_READ`` bytes and learns the object's size with them, so
+    only an object that fills it costs a second read (of at most the rest of
+    ``limit + 1`` bytes), and one known to be too large costs none.
     """
     first = min(limit + 1, CAPPED_FIRST_READ)
-    data = await store.get(key, ByteRange(0, first))
-    if len(data) < first:
-        return data
+    fetched = await store.fetch(key, ByteRange(0, first))
+    if len(fetched.data) < first:
+        return fetched
     if first > limit:
         raise too_large(key, limit)
-    size = (await store.head(key)).size
-    if size > limit:
-        raise too_large(key, limit, size)
+    if fetched.info.size > limit:
+        raise too_large(key, limit, fetched.info.size)
     rest = await store.get(key, ByteRange(first, limit + 1 - first))
     if first + len(rest) > limit:
         raise too_large(key, limit)
-    return data + rest
+    return Fetched(fetched.data + rest, fetched.info)
 
 
-async def get_many(store: Store, keys: Sequence[str],
-                   limit: int | None = None) -> list[bytes | LayoutError]:
-    """The bytes of each key, or the ``LayoutError`` reading it raised, in order.
-
-    A store with a ``get_many`` method of its own (the local directory reads a
-    whole batch in one worker thread) answers it, given ``limit`` when there
-    is one; any other gets its keys read with ``GET_MANY_CONCURRENCY``
-    concurrent ``get`` (or, with a ``limit``, ``get_capped``) calls. With a
-    ``limit``, an object of more bytes gives ``Corrupt`` instead of its bytes.
-    """
-    batch = getattr(store, "get_many", None)
-    if batch is not None:
-        results: list[bytes | LayoutError] = await (
-            batch(keys) if limit is None else batch(keys, limit))
-        return results
-    read = store.get if limit is None else partial(get_capped, store, limit=limit)
+async def fetch_each(store: Store, keys: Sequence[str],
+                     limit: int | None = None) -> list[Fetched | LayoutError]:
+    """``Store.fetch_many`` for a store with no batch read of its own: its keys
+    read with ``GET_MANY_CONCURRENCY`` concurrent ``fetch`` (with a ``limit``,
+    ``fetch_capped``) calls."""
+    read = store.fetch if limit is None else partial(fetch_capped, store, limit=limit)
     return await outcomes(read, keys, GET_MANY_CONCURRENCY)

@@ -3,8 +3,12 @@
 Owns the cached answers of ``list_folder``, ``domain`` and ``get_object``
 (``get_objects`` loads many at once; ``peek_object`` answers from the cache
 alone). Entries are evicted oldest fetch first, in O(1).
-Each answer, including a failure, is kept for ``ttl`` seconds, so a corrupt
-object is read (and logged) once per TTL, not once per kernel request.
+Each answer, including a failure, is kept for ``ttl`` seconds from when
+storage proved it, so a corrupt object is read (and logged) once per TTL,
+not once per kernel request: from its fetch, or, for an inner catalog that
+says how old each object's proof is (an ``AgedCatalog``: an HSDS catalog
+building a domain's objects from one listing), from that proof, so nothing
+is served longer than ``ttl`` after storage last showed it current.
 ``drop`` (the daemon's SIGHUP) ends every answer's freshness at once: each
 entry belongs to the ``generation`` it was fetched in, and only entries of
 the current one are fresh; it also calls the inner catalog's ``drop``, if it
@@ -30,7 +34,7 @@ from typing import Any
 import trio
 
 from layouts.gather import outcomes
-from layouts.model import AnyObject, Catalog, Domain
+from layouts.model import AgedCatalog, AnyObject, Catalog, Domain
 from mountd.errors import MountError
 
 #: Objects fetched at once, one by one, from a catalog without ``get_objects``.
@@ -53,6 +57,8 @@ class CachedCatalog:
     def __init__(self, inner: Catalog, ttl: float, max_entries: int = 200_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.inner = inner
+        #: Whether the inner catalog says how old its answers are.
+        self._aged = isinstance(inner, AgedCatalog)
         self.ttl = ttl
         self.max_entries = max_entries
         self._clock = clock
@@ -91,7 +97,8 @@ class CachedCatalog:
         return entry
 
     def _begin(self, key: Hashable, now: float) -> _Entry:
-        """A pending entry for ``key``, newest in the eviction order."""
+        """A pending entry for ``key``, newest in the eviction order, kept ``ttl``
+        seconds from ``now`` (``get_objects`` may shorten that)."""
         self._entries.pop(key, None)
         entry = self._entries[key] = _Entry(expires=now + self.ttl, generation=self.generation,
                                             pending=trio.Event())
@@ -149,8 +156,8 @@ class CachedCatalog:
     async def get_objects(self, domain: Domain,
                           obj_ids: Sequence[str]) -> list[AnyObject | MountError]:
         """Many objects, each or its error, in order; the ones not cached are
-        fetched together (``get_objects`` of the inner catalog where it has
-        one, else concurrently one by one)."""
+        fetched together (``load_objects`` or ``get_objects`` of the inner
+        catalog where it has them, else concurrently one by one)."""
         now = self._clock()
         out: list[AnyObject | MountError] = [MountError("not loaded")] * len(obj_ids)
         fetch: dict[str, _Entry] = {}
@@ -169,13 +176,15 @@ class CachedCatalog:
         try:
             if fetch:
                 ids = list(fetch)
-                for obj_id, result in zip(ids, await self._fetch_objects(domain, ids),
-                                          strict=True):
+                for obj_id, (result, age) in zip(ids, await self._fetch_objects(domain, ids),
+                                                 strict=True):
+                    entry = fetch[obj_id]
                     if isinstance(result, MountError):
-                        fetch[obj_id].error = result
+                        entry.error = result
                     else:
-                        fetch[obj_id].value = result
-                    fetch[obj_id].done = True
+                        entry.value = result
+                    entry.expires = min(entry.expires, now - age + self.ttl)
+                    entry.done = True
         finally:
             for obj_id, entry in fetch.items():
                 self._end(("obj", domain.path, obj_id), entry)
@@ -185,20 +194,37 @@ class CachedCatalog:
                 entry = fetch[obj_id]
                 out[pos] = entry.error if entry.error is not None else entry.value
         for pos in waiting:
-            try:
-                out[pos] = await self.get_object(domain, obj_ids[pos])
-            except MountError as exc:
-                out[pos] = exc
+            out[pos] = await self._settled(domain, obj_ids[pos])
         return out
 
-    async def _fetch_objects(self, domain: Domain,
-                             obj_ids: list[str]) -> list[AnyObject | MountError]:
+    async def _settled(self, domain: Domain, obj_id: str) -> AnyObject | MountError:
+        """The object once the fetch under way for it has ended: its outcome, or
+        (dropped meanwhile) a fetch of its own."""
+        key = ("obj", domain.path, obj_id)
+        entry = self._entries.get(key)
+        while entry is not None and entry.pending is not None:
+            await entry.pending.wait()
+            entry = self._entries.get(key)
+        if entry is not None and self._usable(entry, self._clock()):
+            self.hits += 1
+            return entry.error if entry.error is not None else entry.value
+        try:
+            return await self.get_object(domain, obj_id)
+        except MountError as exc:
+            return exc
+
+    async def _fetch_objects(self, domain: Domain, obj_ids: list[str]
+                             ) -> list[tuple[AnyObject | MountError, float]]:
+        """Each object or its error, with the age of its proof (0: fetched now)."""
+        if isinstance(self.inner, AgedCatalog):  # always so when self._aged
+            return await self.inner.load_objects(domain, obj_ids)
         batch = getattr(self.inner, "get_objects", None)
         if batch is not None:
             results: list[AnyObject | MountError] = await batch(domain, obj_ids)
-            return results
-        return await outcomes(lambda obj_id: self.inner.get_object(domain, obj_id), obj_ids,
-                              FETCH_CONCURRENCY)
+        else:
+            results = await outcomes(lambda obj_id: self.inner.get_object(domain, obj_id),
+                                     obj_ids, FETCH_CONCURRENCY)
+        return [(result, 0.0) for result in results]
 
     async def list_folder(self, path: str) -> list[str]:
         result: list[str] = await self._cached(("folder", path),
@@ -211,6 +237,17 @@ class CachedCatalog:
         return result
 
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
+        if self._aged:
+            entry = self._fresh(("obj", domain.path, obj_id), self._clock())
+            if entry is not None:
+                self.hits += 1
+                if entry.error is not None:
+                    raise entry.error
+                return entry.value  # type: ignore[no-any-return]
+            found = (await self.get_objects(domain, [obj_id]))[0]
+            if isinstance(found, MountError):
+                raise found
+            return found
         result: AnyObject = await self._cached(("obj", domain.path, obj_id),
                                                lambda: self.inner.get_object(domain, obj_id))
         return result

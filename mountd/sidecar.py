@@ -80,7 +80,6 @@ async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
         if links:
             doc["links"] = links
     doc["attributes"] = {a.name: a.value for a in obj.attrs}
-    doc["created"] = obj.created
     doc["modified"] = obj.modified
     added = {key: value for key, value in (views or {}).items() if key not in doc}
     doc.update(added)

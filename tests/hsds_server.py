@@ -264,6 +264,13 @@ class S3Keys:
                 found[str(item["Key"])] = (int(item["Size"]), str(item["ETag"]).strip('"'))
         return found
 
+    def times(self, prefix: str = "") -> dict[str, float]:
+        """Every key under ``prefix`` with its LastModified, in seconds since the epoch."""
+        pages = self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix)
+        return {str(item["Key"]): item["LastModified"].timestamp()
+                for page in pages for item in page.get("Contents", [])}
+
 
 # ---------------------------------------------------------------------- the server
 
@@ -535,14 +542,19 @@ class HsdsServer:
     # ------------------------------------------------------------------ HTTP
 
     def _request(
-        self, method: str, path: str, *, timeout: float = 30.0, auth: bool = False
+        self, method: str, path: str, *, timeout: float = 30.0, auth: bool = False,
+        body: Any = None,
     ) -> tuple[int, bytes]:
-        """Send one request to the service node and return (status, body)."""
+        """Send one request to the service node (``body`` as JSON) and return
+        (status, body)."""
         req = urllib.request.Request(self.endpoint + path, method=method)
         if auth:
             token = base64.b64encode(f"{ADMIN_USER}:{ADMIN_PASSWORD}".encode()).decode()
             req.add_header("Authorization", f"Basic {token}")
-        if method in ("PUT", "POST"):
+        if body is not None:
+            req.data = json.dumps(body).encode()
+            req.add_header("Content-Type", "application/json")
+        elif method in ("PUT", "POST"):
             req.data = b""
         # Never go through a proxy: the server is on loopback.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -551,6 +563,16 @@ class HsdsServer:
                 return int(resp.status), resp.read()
         except urllib.error.HTTPError as err:
             return int(err.code), err.read()
+
+    def rest(self, method: str, path: str, domain: str, body: Any = None) -> Any:
+        """One REST request as admin about ``domain`` (``PUT /groups/ID/attributes/A``,
+        ``POST /datasets``...): its JSON answer; ``HsdsError`` unless it is 2xx."""
+        sep = "&" if "?" in path else "?"
+        query = urllib.parse.urlencode({"domain": _abs_domain(domain)})
+        status, answer = self._request(method, f"{path}{sep}{query}", auth=True, body=body)
+        if not 200 <= status < 300:
+            raise HsdsError(f"{method} {path} ({domain}): HTTP {status} {answer[:300]!r}")
+        return json.loads(answer) if answer else None
 
     def domain_exists(self, domain: str) -> bool:
         """True when ``domain`` (a file domain or a folder ending in ``/``) exists."""

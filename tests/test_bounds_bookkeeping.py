@@ -1,5 +1,5 @@
 """Every long-lived table of bookkeeping has a bound (issue 16): the masked secrets,
-the uid cache of ACLs, the chunk cache's recent failures, the domain key indexes,
+the uid cache of ACLs, the chunk cache's recent failures, the domain states,
 the reference indexes, the resolved URIs of linked files and the chunk-table
 cache. Each test makes many more entries than the (shrunk) bound, checks that
 the bound holds, and that what was forgotten is only made again. No FUSE, no
@@ -11,20 +11,18 @@ import io
 import logging
 import pwd
 from collections import OrderedDict
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from layouts import h5linked, hsds_keyindex, hsds_locations
+from layouts import h5linked, hsds_domains, hsds_ids, hsds_locations
 from layouts.h5linked import LinkedFiles
-from layouts.hsds_ids import HsdsId
-from layouts.hsds_keyindex import DomainKeys
+from layouts.hsds_domains import DomainIndex
 from layouts.hsds_locations import ChunkTable
 from layouts.model import Domain, Group
-from layouts.storage import ByteRange, Store
+from layouts.storage import ByteRange, ObjectInfo, Store
 from mountd import acls, chunkcache, logsafe
 from mountd.acls import AclPolicy
 from mountd.chunkcache import ChunkCache
@@ -119,61 +117,46 @@ def test_expired_chunk_failures_go_first() -> None:
 
 
 class _Domains:
-    """A store of several domains' dataset keys: ``n`` chunks in dataset ``d2`` each."""
+    """A store of several domains: each root prefix holds its root group and ``n``
+    chunks of one dataset."""
 
     url = "mem://keys/"
 
     def __init__(self, n: int) -> None:
         self.n = n
 
-    async def iter_keys(self, prefix: str) -> AsyncIterator[str]:
-        for i in range(self.n):
-            yield f"{prefix}d2/0_{i}"
+    async def list_tree(self, prefix: str, info_for: Any,
+                        limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
+        keys: list[tuple[str, ObjectInfo | None]] = [
+            (f"{prefix}.group.json", ObjectInfo(10, "etag", 1.0))]
+        keys += [(f"{prefix}d/0000-000000-000000/0_{i}", None) for i in range(self.n)]
+        return keys if len(keys) <= limit else None
 
 
-def _dset(domain: int) -> HsdsId:
-    return HsdsId(f"d-u{domain}-d2", "d", f"u{domain}", "d2")
+def _uuid1(domain: int) -> str:
+    return f"{domain:08x}-00000000"
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_domain_key_indexes_are_bounded_by_count_and_keys(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_domain_states_are_bounded_by_count_and_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:
-        monkeypatch.setattr(hsds_keyindex, "MAX_DOMAINS", 3)
-        keys = DomainKeys(_Domains(2), ttl=3600)  # type: ignore[arg-type]
+        monkeypatch.setattr(hsds_domains, "MAX_DOMAINS", 3)
+        index = DomainIndex(_Domains(2), ttl=3600, eager=True)  # type: ignore[arg-type]
         for domain in range(10):
-            assert await keys.chunk_names(_dset(domain)) == ["0_0", "0_1"]
-        assert len(keys._domains) == 3 and keys.listings == 10
-        await keys.chunk_names(_dset(9))  # kept
-        await keys.chunk_names(_dset(7))  # kept, used now: 8 goes before it
-        assert keys.listings == 10
-        await keys.chunk_names(_dset(0))  # forgotten: listed again
-        assert keys.listings == 11 and sorted(keys._domains) == ["db/u0/d/", "db/u7/d/",
-                                                                 "db/u9/d/"]
-        monkeypatch.setattr(hsds_keyindex, "MAX_KEPT_KEYS", 5)
-        keys = DomainKeys(_Domains(2), ttl=3600)  # type: ignore[arg-type]
+            state = await index.state(_uuid1(domain), 0, chunks=True)
+            assert state is not None
+            assert list(state.listing.objects) == [hsds_ids.root_id(_uuid1(domain))]
+        assert len(index._slots) == 3 and index.listings == 10
+        await index.state(_uuid1(9), 0, chunks=True)  # kept
+        await index.state(_uuid1(7), 0, chunks=True)  # kept, used now: 8 goes before it
+        assert index.listings == 10
+        await index.state(_uuid1(0), 0, chunks=True)  # forgotten: listed again
+        assert index.listings == 11
+        assert sorted(index._slots) == [_uuid1(0), _uuid1(7), _uuid1(9)]
+        monkeypatch.setattr(hsds_domains, "MAX_KEPT_KEYS", 5)
+        index = DomainIndex(_Domains(2), ttl=3600, eager=True)  # type: ignore[arg-type]
         for domain in range(10):
-            await keys.chunk_names(_dset(domain))
-        assert len(keys._domains) == 2  # 2 names each, 5 at most
-    trio.run(main)
-
-
-def test_expired_domain_key_indexes_go() -> None:
-    async def main() -> None:
-        clock = _Clock()
-        keys = DomainKeys(_Domains(1), ttl=10, clock=clock)  # type: ignore[arg-type]
-        await keys.chunk_names(_dset(0))
-        await keys.chunk_names(_dset(1))
-        clock.now = 11
-        await keys.chunk_names(_dset(2))
-        assert list(keys._domains) == ["db/u2/d/"]
+            await index.state(_uuid1(domain), 0, chunks=True)
+        assert len(index._slots) == 1  # 3 keys each, 5 at most
     trio.run(main)
 
 

@@ -47,7 +47,11 @@ def test_cached_local_store_reads_real_files(tmp_path: Path) -> None:
         assert await store.exists("big.bin") and not await store.exists("nothing")
         assert (await store.list_dir("")).keys == ["big.bin"]
         assert [k async for k in store.iter_dir("db/")] == ["db/g/"]
-        assert sorted([k async for k in store.iter_keys("")]) == ["big.bin", "db/g/.group.json"]
+        listed = await store.list_tree("", lambda key: key.endswith(".json"), 10)
+        assert listed is not None
+        infos = dict(listed)
+        assert sorted(infos) == ["big.bin", "db/g/.group.json"] and infos["big.bin"] is None
+        assert infos["db/g/.group.json"] == await store.inner.head("db/g/.group.json")
         with pytest.raises(NotFound):
             await store.get("nothing")
         assert cache.stats.requests == 3 and cache.stats.heads == 0  # the failed one counts

@@ -21,6 +21,7 @@ from layouts.h5types import element_type, parse_type
 from layouts.hsds_chunks import ChunkSpec, HsdsChunkStore, filter_plan
 from layouts.model import ChunkIndex, Dataset
 from layouts.npy import NpyReader, NpyView
+from layouts.storage import Fetched
 from mountd.chunkahead import AHEAD_CHUNKS
 from mountd.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.errors import Corrupt, MountError
@@ -34,7 +35,7 @@ GZIP = [{"class": "H5Z_FILTER_DEFLATE", "id": 1, "level": 6}]
 
 
 class CountingStore(LocalStore):
-    """A local store that counts ``get`` and ``get_many`` calls."""
+    """A local store that counts ``get`` and ``fetch_many`` calls."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root)
@@ -45,9 +46,10 @@ class CountingStore(LocalStore):
         self.gets += 1
         return await super().get(key, byte_range)
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | MountError]:
+    async def fetch_many(self, keys: Sequence[str],
+                         limit: int | None = None) -> list[Fetched | MountError]:
         self.batches.append(len(keys))
-        return await super().get_many(keys)
+        return await super().fetch_many(keys, limit)
 
 
 def tiny_store(tmp_path: Path, count: int, skip: set[int], bad: set[int]) -> CountingStore:

@@ -379,7 +379,7 @@ def make_tree(n: int) -> Tree:
     objects = {"g-root": group("g-root", table=Link(LinkKind.HARD, "d-table",
                                                      target_kind=ObjectKind.DATASET)),
                "d-table": table}
-    catalog = MemoryCatalog({"f.h5": Domain("f.h5", "g-root", 1.0, 2.0, {})}, objects,
+    catalog = MemoryCatalog({"f.h5": Domain("f.h5", "g-root", 2.0, {})}, objects,
                             {"": ["f.h5"]}, single_domain="f.h5")
     return Tree(CachedCatalog(catalog, ttl=60), views=[CsvToy(), JsonlToy()])
 

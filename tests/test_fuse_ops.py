@@ -217,8 +217,8 @@ def sample_catalog() -> FaultyCatalog:
         "g-other": group("g-other"),
     }
     domains = {
-        "home/u/f.h5": Domain("home/u/f.h5", "g-root", 1.0e9, 1.5e9),
-        "home/u/g.h5": Domain("home/u/g.h5", "g-other", 1.0e9, 1.5e9),
+        "home/u/f.h5": Domain("home/u/f.h5", "g-root", 1.5e9),
+        "home/u/g.h5": Domain("home/u/g.h5", "g-other", 1.5e9),
     }
     folders = {"": ["home"], "home": ["u"], "home/u": ["f.h5", "g.h5"]}
     return FaultyCatalog(domains, objects, folders)
@@ -389,7 +389,7 @@ def test_lookup_finds_every_kind_of_entry() -> None:
             entry = await m.walk(path)
             domain = m.source.domains[f5]
             assert entry.st_mtime_ns == int(domain.modified * 1e9), path
-            assert entry.st_ctime_ns == int(domain.created * 1e9), path
+            assert entry.st_ctime_ns == entry.st_mtime_ns, path
         # a chunk file's bytes are the stored chunk's
         store = m.source.objects["d-1"].store  # type: ignore[union-attr]
         assert await m.read_path(f"{f5}/g1/dset/1.1") == store.chunks[(1, 1)]
@@ -596,7 +596,7 @@ def big_catalog(links: int, chunks: int) -> FaultyCatalog:
     objects["d-big"] = big
     objects["g-root"] = group("g-root", big=hard("d-big"),
                               **{f"n{i:05d}": hard(f"g-{i}") for i in range(links)})
-    domains = {"f.h5": Domain("f.h5", "g-root", 1.0, 2.0)}
+    domains = {"f.h5": Domain("f.h5", "g-root", 2.0)}
     return FaultyCatalog(domains, objects, {}, single_domain="f.h5")
 
 
@@ -1004,8 +1004,7 @@ def test_hsds_acls_refuse_other_users() -> None:
     async def main() -> None:
         catalog = sample_catalog()
         domain = catalog.domains["home/u/f.h5"]
-        catalog.domains["home/u/f.h5"] = Domain(domain.path, domain.root_id, domain.created,
-                                                domain.modified,
+        catalog.domains["home/u/f.h5"] = Domain(domain.path, domain.root_id, domain.modified,
                                                 {"owner": "root", "acls": {
                                                     "root": {"read": True},
                                                     "default": {"read": False}}})

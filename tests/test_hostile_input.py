@@ -45,10 +45,10 @@ from layouts.storage import (
     CAPPED_FIRST_READ,
     DEFAULT_MAX_METADATA,
     ByteRange,
-    ObjectInfo,
+    Fetched,
     Store,
-    get_capped,
-    get_many,
+    fetch_capped,
+    fetch_each,
 )
 from mountd.config import MountConfig, OptionError, apply_options
 from mountd.errors import Corrupt, MountError, NotFound, StorageError
@@ -293,7 +293,9 @@ def test_catalog_refuses_each_bad_object_alone(bucket: HostileBucket) -> None:
             assert str(info.value) == str(found)
             assert time.monotonic() - started < 5, name
         odd = await catalog.get_object(domain, bucket.ids["odd_times"])
-        assert isinstance(odd, Group) and odd.created is None and odd.modified is None
+        # the times it holds are no times, and none is used: its JSON's storage time is
+        assert isinstance(odd, Group)
+        assert odd.modified == bucket.path("odd_times").stat().st_mtime
         for path in BAD_DOMAINS:
             with pytest.raises(Corrupt) as info:
                 await catalog.domain(path)
@@ -363,8 +365,8 @@ def test_a_big_group_parses_in_proportion(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- store reads
 
 
-class GetOnlyStore:
-    """A store with only the calls of the protocol ``get_capped`` uses (no batch read)."""
+class FetchOnlyStore:
+    """A store with only the calls of the protocol ``fetch_capped`` uses (no batch read)."""
 
     def __init__(self, inner: LocalStore) -> None:
         self.inner = inner
@@ -374,12 +376,13 @@ class GetOnlyStore:
     def url(self) -> str:
         return self.inner.url
 
+    async def fetch(self, key: str, byte_range: ByteRange | None = None) -> Fetched:
+        self.reads.append(byte_range)
+        return await self.inner.fetch(key, byte_range)
+
     async def get(self, key: str, byte_range: ByteRange | None = None) -> bytes:
         self.reads.append(byte_range)
         return await self.inner.get(key, byte_range)
-
-    async def head(self, key: str) -> ObjectInfo:
-        return await self.inner.head(key)
 
 
 def test_capped_reads_on_every_store(tmp_path: Path) -> None:
@@ -394,37 +397,39 @@ def test_capped_reads_on_every_store(tmp_path: Path) -> None:
     async def main() -> None:
         local = LocalStore(tmp_path)
         cache = BlockCache(64 << 20, validate_ttl=60)
-        get_only = GetOnlyStore(local)
-        stores: list[Any] = [local, CachedStore(local, cache), get_only]
+        fetch_only = FetchOnlyStore(local)
+        stores: list[Any] = [local, CachedStore(local, cache), fetch_only]
         for store in stores:
             for name, raw in data.items():
                 if len(raw) <= limit:
-                    assert await get_capped(store, name, limit) == raw
+                    assert (await fetch_capped(store, name, limit)).data == raw
                 else:
                     with pytest.raises(Corrupt, match="max_metadata"):
-                        await get_capped(store, name, limit)
+                        await fetch_capped(store, name, limit)
             with pytest.raises(Corrupt, match=f"{GIB} bytes"):
-                await get_capped(store, "sparse", limit)
-            assert await get_capped(store, "small", 100) == data["small"]
+                await fetch_capped(store, "sparse", limit)
+            assert (await fetch_capped(store, "small", 100)).data == data["small"]
             with pytest.raises(Corrupt):
-                await get_capped(store, "small", 99)
+                await fetch_capped(store, "small", 99)
             names = [*data, "sparse", "missing"]
-            found = await get_many(store, names, limit)
+            found = await (fetch_each(store, names, limit) if store is fetch_only
+                           else store.fetch_many(names, limit))
             for name, got in zip(names, found, strict=True):
                 raw = data.get(name)
                 if raw is not None and len(raw) <= limit:
-                    assert got == raw
+                    assert isinstance(got, Fetched) and got.data == raw, name
+                    assert got.info.size == len(raw), name
                 else:
                     assert isinstance(got, MountError), name
         # a small object is one read of CAPPED_FIRST_READ; only a full one costs more
-        get_only.reads.clear()
-        await get_capped(get_only, "small", limit)
-        assert get_only.reads == [ByteRange(0, CAPPED_FIRST_READ)]
+        fetch_only.reads.clear()
+        await fetch_capped(fetch_only, "small", limit)
+        assert fetch_only.reads == [ByteRange(0, CAPPED_FIRST_READ)]
         # through the block cache, the sparse file cost one block, and no HEAD request
         requests, heads = cache.stats.requests, cache.stats.heads
         fresh = CachedStore(local, BlockCache(64 << 20, validate_ttl=60))
         with pytest.raises(Corrupt):
-            await get_capped(fresh, "sparse", limit)
+            await fetch_capped(fresh, "sparse", limit)
         assert (fresh.cache.stats.requests, fresh.cache.stats.heads) == (1, 0)
         assert fresh.cache.stats.bytes_fetched == CAPPED_FIRST_READ
         assert requests and heads == 0
@@ -443,12 +448,14 @@ def test_local_store_reads_only_regular_files(tmp_path: Path) -> None:
         store = LocalStore(tmp_path)
         with trio.fail_after(10):
             for key in ("fifo", "zero"):
-                for read in (store.get, store.fetch, lambda k: get_capped(store, k, 100)):
+                for read in (store.get, store.fetch, lambda k: fetch_capped(store, k, 100)):
                     with pytest.raises(StorageError, match="not a regular file"):
                         await read(key)
-            found = await store.get_many(["fifo", "zero", "dir", "file"], 100)
+            found = await store.fetch_many(["fifo", "zero", "dir", "file"], 100)
             assert [type(f) for f in found[:3]] == [StorageError, StorageError, NotFound]
-            assert found[3] == b"12345" == await store.get("file", ByteRange(0, 1 << 40))
+            last = found[3]
+            assert isinstance(last, Fetched)
+            assert last.data == b"12345" == await store.get("file", ByteRange(0, 1 << 40))
             assert await store.get("file", ByteRange(3, 1 << 40)) == b"45"
             assert await store.get("file", ByteRange(9, 2)) == b""
 

@@ -189,7 +189,10 @@ def test_probe_and_folders(hsds_bucket: Any, tmp_path: Path) -> None:
         assert home.info["owner"] == "admin" and "acls" in home.info
         dom = await cat.domain("home/admin/types.h5")
         assert dom is not None and dom.root_id is not None and dom.root_id.startswith("g-")
-        assert dom.created and dom.modified and "root" not in dom.info
+        assert "root" not in dom.info and {"created", "lastModified"} <= set(dom.info)
+        # its time is the storage time of its .domain.json, not a time it holds
+        assert dom.modified == (hsds_bucket.bucket_dir / "home/admin/types.h5/.domain.json"
+                                ).stat().st_mtime
         assert await cat.domain("") is None  # the bucket top: a plain directory
         assert await cat.domain("db") is None
         with pytest.raises(NotFound):

@@ -19,7 +19,7 @@ array with the HSDS reader's view of the same file in the ``hsds_bucket``
 fixture. What legitimately differs from HSDS, and why (each is asserted
 as such in ``test_matches_hsds``):
 
-* ``id`` (HDF5 path vs HSDS uuid), ``created``/``modified`` (the reference
+* ``id`` (HDF5 path vs HSDS uuid), ``modified`` (the reference
   file's mtime), ``maxshape`` (equals ``shape``: LINDI does not keep it).
 * ``hdf5.filters``: the ``.zarray`` codec configs, not HSDS filter JSON.
 * ``hdf5.type`` of strings: the charset is lost (fixed strings read as ASCII,
@@ -621,7 +621,7 @@ def test_matches_hsds(hsds_bucket: Any, tmp_path: Path) -> None:
                         {n: lk.target for n, lk in kept.items() if lk.kind is LinkKind.SOFT}
                 mine_doc = await sidecar_document(obj, path, None, _no_refs)
                 their_doc = await sidecar_document(other, path, None, resolve_theirs)
-                for key in ("id", "created", "modified"):
+                for key in ("id", "modified"):
                     mine_doc.pop(key)
                     their_doc.pop(key)
                 stored = {n: v for n, v in their_doc.pop("links", {}).items()
@@ -894,7 +894,7 @@ def test_kerchunk_forms() -> None:
         assert set(tree.objects) == {"/", "/zero_d", "/text", "/bytes", "/a", "/a/b",
                                      "/a/b/fortran", "/struct"}
         zero_d = tree.objects["/zero_d"]
-        assert isinstance(zero_d, Dataset) and zero_d.shape == () and zero_d.created == 12.0
+        assert isinstance(zero_d, Dataset) and zero_d.shape == () and zero_d.modified == 12.0
         assert await scalar_value(zero_d) == 6.5
         text = tree.objects["/text"]
         assert isinstance(text, Dataset) and text.type.sidecar == "vlen-utf8"

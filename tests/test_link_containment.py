@@ -61,8 +61,8 @@ def catalog(soft: list[str], external: list[tuple[str, str]], single: bool) -> M
         "g-g": group("g-g", h=Link(LinkKind.HARD, "g-h", target_kind=ObjectKind.GROUP)),
         "g-h": group("g-h", **links),
     }
-    domains = {DOMAIN: Domain(DOMAIN, "g-root", 1.0, 2.0),
-               "home/u": Domain("home/u", None, 1.0, 2.0)}
+    domains = {DOMAIN: Domain(DOMAIN, "g-root", 2.0),
+               "home/u": Domain("home/u", None, 2.0)}
     folders = {"": ["home"], "home": ["u"], "home/u": ["f.h5"]}
     return MemoryCatalog(domains, objects, folders, single_domain=DOMAIN if single else None)
 

@@ -7,13 +7,15 @@ manner of zarr's logging stores; nothing is faked.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 
 import pytest
 import trio
 
+from layouts.errors import LayoutError
 from layouts.hsds import HsdsCatalog
 from layouts.model import Group, LinkKind
-from layouts.storage import ByteRange, Listing, ObjectInfo
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
 from mountd.errors import NotFound
 from mountd.io.local import LocalStore
 from mountd.metacache import CachedCatalog
@@ -36,6 +38,16 @@ class CountingStore:
         self.calls["get", key] += 1
         return await self.inner.get(key, byte_range)
 
+    async def fetch(self, key: str, byte_range: ByteRange | None = None) -> Fetched:
+        self.calls["get", key] += 1
+        return await self.inner.fetch(key, byte_range)
+
+    async def fetch_many(self, keys: Sequence[str],
+                         limit: int | None = None) -> list[Fetched | LayoutError]:
+        for key in keys:
+            self.calls["get", key] += 1
+        return await self.inner.fetch_many(keys, limit)
+
     async def head(self, key: str) -> ObjectInfo:
         self.calls["head", key] += 1
         return await self.inner.head(key)
@@ -48,9 +60,10 @@ class CountingStore:
         self.calls["list", prefix] += 1
         return await self.inner.list_dir(prefix)
 
-    def iter_keys(self, prefix: str):
-        self.calls["iter", prefix] += 1
-        return self.inner.iter_keys(prefix)
+    async def list_tree(self, prefix: str, info_for: Callable[[str], bool],
+                        limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
+        self.calls["tree", prefix] += 1
+        return await self.inner.list_tree(prefix, info_for, limit)
 
 
 class Clock:
@@ -143,9 +156,9 @@ def test_get_objects_loads_a_batch_and_again_after_the_ttl(hsds_bucket) -> None:
     class BatchCounting(HsdsCatalog):
         batches = 0
 
-        async def get_objects(self, domain, obj_ids):
+        async def load_objects(self, domain, obj_ids):
             self.batches += 1
-            return await super().get_objects(domain, obj_ids)
+            return await super().load_objects(domain, obj_ids)
 
     async def main() -> None:
         store = CountingStore(LocalStore(hsds_bucket.bucket_dir))
@@ -163,10 +176,10 @@ def test_get_objects_loads_a_batch_and_again_after_the_ttl(hsds_bucket) -> None:
         def gets() -> int:
             return sum(n for (method, _), n in store.calls.items() if method == "get")
 
-        before = gets()
+        before, batches = gets(), inner.batches
         out = await cached.get_objects(domain, [*ids, missing, ids[0]])
         assert gets() - before == len(ids) + 1
-        assert inner.batches == 1
+        assert inner.batches == batches + 1
         assert [obj.id for obj in out[:len(ids)]] == ids
         assert isinstance(out[len(ids)], NotFound)
         assert out[-1] is out[0]
@@ -183,6 +196,6 @@ def test_get_objects_loads_a_batch_and_again_after_the_ttl(hsds_bucket) -> None:
         before = gets()
         fresh = await cached.get_objects(domain, ids)
         assert gets() - before == len(ids)
-        assert inner.batches == 2  # the expired objects are read as one batch again
+        assert inner.batches == batches + 2  # the expired objects are read as one batch again
         assert [obj.id for obj in fresh] == ids and fresh[0] is not out[0]
     trio.run(main)

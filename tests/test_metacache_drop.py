@@ -3,8 +3,8 @@
 ``CachedCatalog.drop``: a small in-memory catalog counts the fetches that
 reach it and can hold one open, so a fetch under way at the drop is seen to
 answer the task that started it with its own outcome, while the task waiting
-on it fetches again. The other caches SIGHUP reaches: the HSDS domain key
-index (``DomainKeys.drop``, reached through ``CachedCatalog.drop``, a listing
+on it fetches again. The other caches SIGHUP reaches: the HSDS domain states
+(``DomainIndex.drop``, reached through ``CachedCatalog.drop``, a listing
 under way at the drop included), the reference index (keyed by ``Tree.epoch``, which
 ``Tree.refresh`` moves on) and the block cache's validations
 (``Source.refresh`` calls ``BlockCache.expire``).
@@ -16,15 +16,13 @@ a ``trio.Event`` the test sets.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
 import trio.testing
 
 from layouts.hsds import HsdsCatalog
-from layouts.hsds_ids import HsdsId
-from layouts.hsds_keyindex import DomainKeys
+from layouts.hsds_domains import DomainIndex
 from layouts.model import Domain, Group, Link, LinkKind, ObjectKind, ObjectRef
 from mountd.io.blockcache import BlockCache
 from mountd.metacache import CachedCatalog
@@ -98,8 +96,12 @@ def test_fetch_under_way_at_drop_answers_its_task_then_goes_stale() -> None:
     trio.run(main)
 
 
+U1 = "00000001-00000000"
+D2 = "0000-000000-000002"
+
+
 class Keys:
-    """A store of one domain's dataset keys (``iter_keys`` only); a listing may be held."""
+    """A store of one domain's chunk keys (``list_tree`` only); a listing may be held."""
 
     url = "mem://keys/"
 
@@ -107,33 +109,36 @@ class Keys:
         self.names = names
         self.gate: trio.Event | None = None
 
-    async def iter_keys(self, prefix: str) -> AsyncIterator[str]:
+    async def list_tree(self, prefix: str, info_for: Any,
+                        limit: int) -> list[tuple[str, Any]]:
         names = list(self.names)
         if self.gate is not None:
             await self.gate.wait()
-        for name in names:
-            yield f"{prefix}d2/{name}"
+        return [(f"{prefix}d/{D2}/{name}", None) for name in names]
 
 
-DSET = HsdsId("d-u1-d2", "d", "u1", "d2")
+async def chunk_names(index: DomainIndex) -> list[str]:
+    state = await index.state(U1, 0, chunks=True)
+    assert state is not None
+    return state.listing.chunks.get(D2, [])
 
 
-def test_domain_keys_drop_lists_again() -> None:
+def test_domain_index_drop_lists_again() -> None:
     async def main() -> None:
         store = Keys(["0_0"])
-        keys = DomainKeys(store, ttl=3600)  # type: ignore[arg-type]
-        assert await keys.chunk_names(DSET) == ["0_0"]
+        index = DomainIndex(store, ttl=3600, eager=True)  # type: ignore[arg-type]
+        assert await chunk_names(index) == ["0_0"]
         store.names = ["0_0", "0_1"]
-        assert await keys.chunk_names(DSET) == ["0_0"]
-        assert keys.listings == 1
-        keys.drop()
-        assert await keys.chunk_names(DSET) == ["0_0", "0_1"]
+        assert await chunk_names(index) == ["0_0"]
+        assert index.listings == 1
+        index.drop()
+        assert await chunk_names(index) == ["0_0", "0_1"]
         store.names = ["0_0", "0_1", "1_0"]
-        # SIGHUP's path: the metadata cache's drop reaches the catalog's indexes.
-        catalog = HsdsCatalog(store, domain_keys=keys)  # type: ignore[arg-type]
+        # SIGHUP's path: the metadata cache's drop reaches the catalog's index.
+        catalog = HsdsCatalog(store, domain_index=index)  # type: ignore[arg-type]
         CachedCatalog(catalog, ttl=3600).drop()
-        assert await keys.chunk_names(DSET) == ["0_0", "0_1", "1_0"]
-        assert keys.listings == 3
+        assert await chunk_names(index) == ["0_0", "0_1", "1_0"]
+        assert index.listings == 3
 
     trio.run(main)
 
@@ -141,24 +146,25 @@ def test_domain_keys_drop_lists_again() -> None:
 def test_listing_under_way_at_drop_answers_its_waiters_and_is_not_kept() -> None:
     async def main() -> None:
         store = Keys(["0_0"])
-        keys = DomainKeys(store, ttl=3600)  # type: ignore[arg-type]
+        index = DomainIndex(store, ttl=3600, eager=True)  # type: ignore[arg-type]
         store.gate = trio.Event()
         answers: list[list[str] | None] = []
 
         async def ask() -> None:
-            answers.append(await keys.chunk_names(DSET))
+            state = await index.state(U1, 0, chunks=True)
+            answers.append(None if state is None else state.listing.chunks.get(D2, []))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask)
             nursery.start_soon(ask)
             await trio.testing.wait_all_tasks_blocked()
-            keys.drop()
+            index.drop()
             store.names = ["0_0", "0_1"]
             store.gate.set()
         assert answers == [["0_0"], ["0_0"]]
-        assert keys.listings == 1
-        assert await keys.chunk_names(DSET) == ["0_0", "0_1"]
-        assert keys.listings == 2
+        assert index.listings == 1
+        assert await chunk_names(index) == ["0_0", "0_1"]
+        assert index.listings == 2
 
     trio.run(main)
 

@@ -56,7 +56,7 @@ LINDI_FILES = ("refs.h5", "filters.h5", "layout.h5", "extlink_target.h5")
 #: times the reference file's), ``hdf5`` is each format's own description,
 #: lindi does not record ``maxshape``, and the chunk shape differs where HSDS
 #: chose its own grid (contiguous and 1-D datasets; compared by ``.npy`` only).
-LEGITIMATE = ("id", "created", "modified", "hdf5", "maxshape", "chunks", "domain")
+LEGITIMATE = ("id", "modified", "hdf5", "maxshape", "chunks", "domain")
 
 #: Datasets whose fill value the LINDI file does not keep: lindi inlines a
 #: dataset under 1000 elements as one chunk with the fill already applied, and

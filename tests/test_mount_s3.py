@@ -2,7 +2,10 @@
 
 The S3 buckets are key-for-key copies of the session's POSIX bucket, so the
 S3 mount must show exactly the local mount: every name, type, size, mode,
-time, symlink, xattr and byte (each domain's ``D.h5`` as h5dump reads it).
+symlink, xattr and byte (each domain's ``D.h5`` as h5dump reads it), but for
+times: those are the storage's (MOUNT-SPEC.md, File attributes), the copy's
+S3 LastModified on one side and the files' mtimes on the other, and are
+checked against each storage instead (``test_times_are_the_storage_times``).
 Faults are injected by a real HTTP proxy in front of moto
 (``tests/faultproxy.py``): retried faults must not change a byte, permanent
 ones give EIO within ``-o timeout``, and a slow server still gains from
@@ -53,7 +56,9 @@ GRID = "home/admin/layout.h5/edge_3d"
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
-    """Everything a user can see below ``root``, by relative path (no symlinks followed)."""
+    """Everything a user can see below ``root``, by relative path (no symlinks
+    followed), but for times: a sidecar's ``modified`` is left out of its
+    content (and so its size), and ``st_mtime``/``st_ctime`` out of every stat."""
     seen: dict[str, tuple] = {}
     pending = [root]
     while pending:
@@ -63,7 +68,7 @@ def snapshot(root: Path) -> dict[str, tuple]:
             st = os.lstat(path)
             rel = str(path.relative_to(root))
             common = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size,
-                      st.st_mtime, st.st_ctime, st.st_uid, st.st_gid)
+                      st.st_uid, st.st_gid)
             if stat.S_ISLNK(st.st_mode):
                 seen[rel] = (*common, os.readlink(path))
                 continue
@@ -76,9 +81,28 @@ def snapshot(root: Path) -> dict[str, tuple]:
                 # path, so its size and bytes differ between mounts: compare
                 # what h5dump reads through it.
                 seen[rel] = (*common[:2], *common[3:], xattrs, h5dump(path, root))
+            elif (sidecar := timeless_sidecar(path)) is not None:
+                seen[rel] = (*common[:2], *common[3:], xattrs, sidecar)
             else:
                 seen[rel] = (*common, xattrs, read_file(path))
     return seen
+
+
+def timeless_sidecar(path: Path) -> dict[str, Any] | None:
+    """A sidecar's document without its storage time; None for any other file
+    (told by content: a long name is cut and hashed, ``.json`` and all)."""
+    raw = path.read_bytes()
+    if not raw.startswith(b"{"):
+        return None
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not {"kind", "path", "id", "modified"} <= set(doc) \
+            or doc["kind"] not in ("group", "dataset", "datatype"):
+        return None
+    assert isinstance(doc.pop("modified"), float | int), path
+    return doc
 
 
 def h5dump(path: Path, mount: Path) -> str:
@@ -117,6 +141,37 @@ def test_s3_mount_equals_local_mount(s3_mnt: Path, local_tree: dict[str, tuple])
     assert sorted(remote) == sorted(local_tree)
     different = [rel for rel in local_tree if remote[rel] != local_tree[rel]]
     assert different == [], [(rel, local_tree[rel][:7], remote[rel][:7]) for rel in different[:6]]
+
+
+def test_times_are_the_storage_times(s3_mnt: Path, mnt: Path, s3_bucket) -> None:
+    """An object's times and its sidecar's ``modified`` are the last-modified
+    time of its stored JSON: S3's LastModified on the S3 mount, the file's
+    mtime on the local one (a domain's directory: its ``.domain.json``'s)."""
+    domain = "home/admin/links.h5"
+    listed = s3_bucket.keys().times()
+    local_dir = s3_bucket.local_dir
+    assert local_dir is not None
+    for top, stored in ((s3_mnt, lambda key: listed[s3_bucket.key(key)]),
+                        (mnt, lambda key: (local_dir / key).stat().st_mtime)):
+        root = json.loads((local_dir / domain / ".domain.json").read_text())["root"]
+        assert os.stat(top / domain).st_mtime == pytest.approx(stored(f"{domain}/.domain.json"))
+        checked = 0
+        for sidecar in (top / domain).rglob("*.json"):
+            if sidecar.is_symlink() or not sidecar.is_file():
+                continue
+            doc = timeless_sidecar(sidecar)
+            if doc is None:
+                continue
+            with open(sidecar, "rb") as f:
+                modified = json.load(f)["modified"]
+            key = parse_id(doc["id"]).json_key()
+            assert modified == pytest.approx(stored(key)), sidecar
+            entry = sidecar.with_suffix("") if doc["path"] != "/" else None
+            if entry is not None:
+                st = os.stat(entry)
+                assert st.st_mtime == st.st_ctime == pytest.approx(modified), entry
+            checked += 1
+        assert checked >= 5 and root
 
 
 def test_prefixed_bucket_with_domain(s3_prefixed_bucket, hsds_bucket, tmp_path) -> None:
@@ -444,9 +499,14 @@ def _list_prefixes(proxy: FaultProxy) -> list[str]:
     return prefixes
 
 
+def _domain_listings(proxy: FaultProxy) -> list[str]:
+    """The prefixes of the listings of whole domains (``db/<uuid1>/``) the proxy saw."""
+    return [p for p in _list_prefixes(proxy) if re.fullmatch(r"db/[0-9a-f]{8}-[0-9a-f]{8}/", p)]
+
+
 def test_walk_lists_each_domain_not_each_dataset(s3_bucket, mnt, proxy, tmp_path) -> None:
-    """``find`` over the whole S3 mount lists every domain's dataset keys in one
-    listing (``layouts.hsds_keyindex``) instead of one LIST per dataset, and finds
+    """``find`` over the whole S3 mount lists every domain's keys in one listing
+    (``layouts.hsds_domains``) instead of one LIST per dataset, and finds
     exactly what the local mount shows."""
     local = subprocess.run(["find", "."], cwd=mnt, capture_output=True, text=True, check=True)
     with proxied(s3_bucket, proxy, tmp_path / "mp") as mp:
@@ -458,8 +518,8 @@ def test_walk_lists_each_domain_not_each_dataset(s3_bucket, mnt, proxy, tmp_path
                        and os.getxattr(d, "user.h5.kind") == b"dataset")
     assert sorted(found.stdout.split("\n")) == sorted(local.stdout.split("\n"))
     prefixes = _list_prefixes(proxy)
-    domain_level = [p for p in prefixes if p.endswith("/d/")]
-    per_dataset = [p for p in prefixes if "/d/" in p and not p.endswith("/d/")]
+    domain_level = _domain_listings(proxy)
+    per_dataset = [p for p in prefixes if "/d/" in p]
     assert datasets > 20
     assert per_dataset == []
     assert 1 <= len(set(domain_level)) == len(domain_level)
@@ -534,7 +594,7 @@ def test_sighup_rereads_the_credentials_file(s3_bucket, mnt, proxy, tmp_path) ->
     assert {signing_key(seen) for seen in after} == {key_b}
     for seen in (before, after):
         assert any(by_aiobotocore(s) for s in seen) and not all(by_aiobotocore(s) for s in seen)
-    filters_keys = [p for p in _list_prefixes(proxy) if p.endswith("/d/")]
+    filters_keys = _domain_listings(proxy)
     assert len(filters_keys) == 3 and len(set(filters_keys)) == 2  # filters.h5 twice
     log = log_file.read_text()
     assert f"AWS credentials reread (profile {PROFILE}): access key {key_b}" in log

@@ -240,7 +240,7 @@ async def cannot_list(store: Store, prefix: str) -> None:
     with pytest.raises(StorageError, match="cannot list"):
         await collect(store.iter_dir(prefix))
     with pytest.raises(StorageError, match="cannot list"):
-        await collect(store.iter_keys(prefix))
+        await store.list_tree(prefix, lambda key: True, 10)
 
 
 async def take(items: AsyncIterator[str], limit: int) -> list[str]:
@@ -324,7 +324,7 @@ class TestStoreConformance:
                     await store.list_dir(prefix)
                 with pytest.raises(NotFound):
                     await collect(store.iter_dir(prefix))
-                assert await collect(store.iter_keys(prefix)) == []
+                assert await store.list_tree(prefix, lambda key: True, 10) == []
         run(backend, test)
 
     def test_exists(self, backend: Backend) -> None:
@@ -364,17 +364,32 @@ class TestStoreConformance:
             assert len(first) == 5 and set(first) <= MANY_NAMES
         run(backend, test)
 
-    def test_iter_keys(self, backend: Backend) -> None:
+    def test_list_tree(self, backend: Backend) -> None:
         async def test(store: Store) -> None:
             if not backend.lists:  # HTTP servers have no listing to test
                 for prefix in ("", "dir/", "many/"):
                     await cannot_list(store, prefix)
                 return
-            assert set(await collect(store.iter_keys(""))) == set(FILES)
-            assert sorted(await collect(store.iter_keys("dir/"))) == [
+
+            def texts(key: str) -> bool:
+                return key.endswith(".txt")
+
+            found = await store.list_tree("", texts, len(FILES))
+            assert found is not None
+            infos = dict(found)
+            assert len(found) == len(infos) and set(infos) == set(FILES)
+            for key, info in infos.items():
+                if texts(key):  # asked for: as a HEAD gives it, time included
+                    assert info == await store.head(key), key
+                elif info is not None:  # given anyway (an S3 listing carries it)
+                    assert info.size == (await store.head(key)).size, key
+            deeper = await store.list_tree("dir/", texts, 10)
+            assert deeper is not None and sorted(key for key, _ in deeper) == [
                 "dir/sub/deeper/z.txt", "dir/sub/y.txt", "dir/x.txt"]
-            many = await collect(store.iter_keys("many/"))
-            assert len(many) == len(set(many)) == MANY + MANY_DIRS
+            many = await store.list_tree("many/", texts, MANY + MANY_DIRS)
+            assert many is not None and len({key for key, _ in many}) == MANY + MANY_DIRS
+            # more keys than allowed: no listing at all
+            assert await store.list_tree("many/", texts, MANY) is None
         run(backend, test)
 
     def test_concurrent_reads(self, backend: Backend) -> None:

@@ -88,9 +88,9 @@ def make_catalog(single: str | None = None) -> MemoryCatalog:
     )
     info = {"owner": "admin", "acls": {}, "created": 1.0, "lastModified": 2.0}
     domains = {
-        "home/u/f.h5": Domain("home/u/f.h5", "g-root", 1.0, 2.0, info),
-        "home/u/other.h5": Domain("home/u/other.h5", "g-oroot", 1.0, 2.0, info),
-        "home/u": Domain("home/u", None, 1.0, 2.0),
+        "home/u/f.h5": Domain("home/u/f.h5", "g-root", 2.0, info),
+        "home/u/other.h5": Domain("home/u/other.h5", "g-oroot", 2.0, info),
+        "home/u": Domain("home/u", None, 2.0),
     }
     folders = {"": ["home"], "home": ["u"], "home/u": ["f.h5", "other.h5"]}
     return MemoryCatalog(domains, objects, folders, single_domain=single)
@@ -416,7 +416,7 @@ def generated_dataset(obj_id: str, grid: tuple[int, ...], chunks: tuple[int, ...
 def catalog_with(**datasets: Dataset) -> MemoryCatalog:
     objects: dict[str, AnyObject] = {ds.id: ds for ds in datasets.values()}
     objects["g-root"] = group("g-root", **{name: hard(ds.id) for name, ds in datasets.items()})
-    domains = {"f.h5": Domain("f.h5", "g-root", 1.0, 2.0)}
+    domains = {"f.h5": Domain("f.h5", "g-root", 2.0)}
     return MemoryCatalog(domains, objects, {}, single_domain="f.h5")
 
 

@@ -179,7 +179,7 @@ def make_catalog() -> MemoryCatalog:
         "d-values": dataset("d-values", VALUES, (5,), stored=[(0,), (1,), (3,), (4,)], fill=-1),
         "d-grid": dataset("d-grid", GRID, (3, 4), stored=[(0, 0), (1, 1), (2, 0)], fill=-2),
     }
-    domain = Domain("f.h5", "g-root", 1.0, 2.0, {})
+    domain = Domain("f.h5", "g-root", 2.0, {})
     return MemoryCatalog({"f.h5": domain}, objects, {"": ["f.h5"]}, single_domain="f.h5")
 
 

@@ -1,9 +1,9 @@
 """``CachedStore``: a ``Store`` whose reads go through a shared ``BlockCache``.
 
 Owns nothing but the pairing of one inner store with a cache: ``get``,
-``fetch`` and ``head`` are answered by the cache (keyed by the inner store's
-URL, so one cache serves many stores), while ``exists`` and the listings
-pass straight through. The daemon wraps each remote store with it::
+``fetch``, ``fetch_many`` and ``head`` are answered by the cache (keyed by the
+inner store's URL, so one cache serves many stores), while ``exists`` and the
+listings pass straight through. The daemon wraps each remote store with it::
 
     cache = BlockCache(budget, disk=DiskCache(...) or None, validate_ttl=ttl)
     store = CachedStore(S3Store(...), cache)
@@ -18,9 +18,10 @@ Concurrency: no state of its own; the cache's rules apply.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, Store
+from layouts.errors import LayoutError
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, Store, fetch_each
 from mountd.errors import Changed
 from mountd.io.blockcache import BlockCache
 
@@ -60,5 +61,10 @@ class CachedStore:
     def iter_dir(self, prefix: str) -> AsyncIterator[str]:
         return self.inner.iter_dir(prefix)
 
-    def iter_keys(self, prefix: str) -> AsyncIterator[str]:
-        return self.inner.iter_keys(prefix)
+    async def list_tree(self, prefix: str, info_for: Callable[[str], bool],
+                        limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
+        return await self.inner.list_tree(prefix, info_for, limit)
+
+    async def fetch_many(self, keys: Sequence[str],
+                         limit: int | None = None) -> list[Fetched | LayoutError]:
+        return await fetch_each(self, keys, limit)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -68,7 +68,8 @@ import httpx
 import trio
 
 import mountd
-from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
+from layouts.errors import LayoutError
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, fetch_each
 from mountd.errors import Changed, MountError, NotFound, StorageError
 from mountd.io.meter import STORES
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
@@ -219,8 +220,13 @@ class HttpStore:
     def iter_dir(self, prefix: str) -> AsyncIterator[str]:
         raise StorageError(self.url_for(prefix), "HTTP servers cannot list")
 
-    def iter_keys(self, prefix: str) -> AsyncIterator[str]:
+    async def list_tree(self, prefix: str, info_for: Callable[[str], bool],
+                        limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
         raise StorageError(self.url_for(prefix), "HTTP servers cannot list")
+
+    async def fetch_many(self, keys: Sequence[str],
+                         limit: int | None = None) -> list[Fetched | LayoutError]:
+        return await fetch_each(self, keys, limit)
 
     async def _head(self, url: str, if_match: str | None) -> ObjectInfo:
         info = None if self._no_head else await self._call(url, lambda: self._head_once(url))

@@ -40,6 +40,8 @@ T = TypeVar("T")
 
 #: Directory entries read per worker-thread call in ``iter_dir``.
 DIR_PAGE = 1000
+#: Directories scanned per worker-thread call in ``list_tree``.
+TREE_BATCH = 64
 
 
 def _info(st: os.stat_result) -> ObjectInfo:
@@ -117,10 +119,11 @@ class LocalStore:
 
         return await self._run(key, read)
 
-    async def get_many(self, keys: Sequence[str],
-                       limit: int | None = None) -> list[bytes | MountError]:
-        """Whole objects, read one after another in one worker-thread call
-        (a thread hop costs more than reading a small file from the page cache).
+    async def fetch_many(self, keys: Sequence[str],
+                         limit: int | None = None) -> list[Fetched | MountError]:
+        """Whole objects with their info, read one after another in one
+        worker-thread call (a thread hop costs more than reading a small file
+        from the page cache).
 
         With ``limit``, a file of more bytes gives ``Corrupt`` (``store.too_large``):
         known from its size before it is read, and no more than ``limit + 1``
@@ -134,20 +137,20 @@ class LocalStore:
             except StorageError as exc:
                 paths.append(exc)
 
-        def read_one(key: str, path: str) -> bytes | MountError:
+        def read_one(key: str, path: str) -> Fetched | MountError:
             f, st = _open(key, path)
             with f:
                 if limit is None:
-                    return f.read()
+                    return Fetched(f.read(), _info(st))
                 if st.st_size > limit:
                     return too_large(key, limit, st.st_size)
                 data = f.read(st.st_size + 1)
                 if len(data) > st.st_size:  # it grew since it was opened
                     data += f.read(limit + 1 - len(data))
-                return too_large(key, limit) if len(data) > limit else data
+                return too_large(key, limit) if len(data) > limit else Fetched(data, _info(st))
 
-        def read_all() -> list[bytes | MountError]:
-            out: list[bytes | MountError] = []
+        def read_all() -> list[Fetched | MountError]:
+            out: list[Fetched | MountError] = []
             for key, path in zip(keys, paths, strict=True):
                 if isinstance(path, MountError):
                     out.append(path)
@@ -176,7 +179,7 @@ class LocalStore:
             elif isinstance(result, MountError):
                 meter.failures += 1
             else:
-                meter.returned(result)
+                meter.returned(result.data)
         return results
 
     async def fetch(self, key: str, byte_range: ByteRange | None = None,
@@ -257,14 +260,58 @@ class LocalStore:
         finally:
             it.close()
 
-    async def iter_keys(self, prefix: str) -> AsyncIterator[str]:
-        pending = [prefix]
-        while pending:
-            current = pending.pop()
+    async def list_tree(self, prefix: str, info_for: Callable[[str], bool],
+                        limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
+        """Every file under ``prefix``, the ``stat`` of those ``info_for`` asks about.
+
+        The tree is walked a level at a time; each level's directories are
+        scanned in batches of ``TREE_BATCH``, one worker-thread call each, as
+        many at once as the store has threads, so a cold disk has many reads
+        in flight instead of one directory at a time. Each call counts as one
+        request. Symbolic links are not followed into directories.
+        """
+        out: list[tuple[str, ObjectInfo | None]] = []
+        found: list[tuple[list[tuple[str, ObjectInfo | None]], list[str]]] = []
+
+        async def scan(batch: list[str]) -> None:
+            found.append(await self._run(batch[0], lambda: self._scan_dirs(batch, info_for)))
+
+        level = [prefix]
+        while level:
+            found.clear()
+            async with trio.open_nursery() as nursery:
+                for i in range(0, len(level), TREE_BATCH):
+                    nursery.start_soon(scan, level[i:i + TREE_BATCH])
+            level = []
+            for files, dirs in found:
+                out.extend(files)
+                level.extend(dirs)
+            if len(out) > limit:
+                return None
+        return out
+
+    def _scan_dirs(self, prefixes: list[str], info_for: Callable[[str], bool]
+                   ) -> tuple[list[tuple[str, ObjectInfo | None]], list[str]]:
+        """The files (with the infos asked for) and subdirectories of each of
+        ``prefixes``; one that is gone or not a directory has none."""
+        files: list[tuple[str, ObjectInfo | None]] = []
+        dirs: list[str] = []
+        for prefix in prefixes:
             try:
-                listing = await self.list_dir(current)
-            except NotFound:
+                it = os.scandir(self._path(prefix))
+            except (FileNotFoundError, NotADirectoryError):
                 continue
-            for key in listing.keys:
-                yield key
-            pending.extend(reversed(listing.prefixes))
+            with it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        dirs.append(f"{prefix}{entry.name}/")
+                        continue
+                    key = f"{prefix}{entry.name}"
+                    if not info_for(key):
+                        files.append((key, None))
+                        continue
+                    try:
+                        files.append((key, _info(entry.stat())))
+                    except FileNotFoundError:
+                        continue
+        return files, dirs

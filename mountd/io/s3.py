@@ -55,7 +55,8 @@ leaves this module.
 
 Listings use ListObjectsV2 one page (``page_size`` keys) at a time: the next
 page is requested only when the caller has consumed the previous one, so a
-level of a million chunk keys is never held at once. S3 has no empty
+level of a million chunk keys is never held at once (``list_tree``, which
+holds a whole prefix's keys, stops at the number it is given). S3 has no empty
 folders, so listing a non-root prefix with nothing under it is ``NotFound``,
 as for a missing local directory.
 
@@ -77,8 +78,9 @@ operation's budget. Listings use aiobotocore's own pool of the same size.
 from __future__ import annotations
 
 import logging
+import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -105,7 +107,8 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
+from layouts.errors import LayoutError
+from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, fetch_each
 from mountd import logsafe
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
 from mountd.io.http import USER_AGENT, http_mtime, read_bigger, tls_failure
@@ -299,6 +302,14 @@ class _Route:
     host: str
     path: str
     region: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """One page of a listing: sub-prefixes, and keys with their info."""
+
+    prefixes: list[str]
+    infos: list[tuple[str, ObjectInfo | None]]
 
 
 class _Redirected(Exception):
@@ -542,7 +553,7 @@ class S3Store:
         while True:
             page, token = await self._list_page(prefix, "/", token)
             listing.prefixes.extend(page.prefixes)
-            listing.keys.extend(page.keys)
+            listing.keys.extend(key for key, _ in page.infos)
             if token is None:
                 return listing
 
@@ -550,24 +561,35 @@ class S3Store:
         token: str | None = None
         while True:
             page, token = await self._list_page(prefix, "/", token)
-            for name in page.keys:
+            for name, _ in page.infos:
                 yield name
             for name in page.prefixes:
                 yield name
             if token is None:
                 return
 
-    async def iter_keys(self, prefix: str) -> AsyncIterator[str]:
+    async def list_tree(self, prefix: str, info_for: Callable[[str], bool],
+                        limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
+        """Every key under ``prefix`` with its size, ETag and LastModified (whole
+        seconds, as GET's Last-Modified header gives it), a page of
+        ``page_size`` keys per request; ``info_for`` is not needed: a listing
+        carries every key's info."""
+        out: list[tuple[str, ObjectInfo | None]] = []
         token: str | None = None
         while True:
             page, token = await self._list_page(prefix, None, token)
-            for name in page.keys:
-                yield name
+            out.extend(page.infos)
+            if len(out) > limit:
+                return None
             if token is None:
-                return
+                return out
+
+    async def fetch_many(self, keys: Sequence[str],
+                         limit: int | None = None) -> list[Fetched | LayoutError]:
+        return await fetch_each(self, keys, limit)
 
     async def _list_page(self, prefix: str, delimiter: str | None,
-                         token: str | None) -> tuple[Listing, str | None]:
+                         token: str | None) -> tuple[_Page, str | None]:
         """One ListObjectsV2 page below ``prefix``, names relative to the store,
         and the token of the next page (None after the last)."""
         full = self.prefix + prefix
@@ -587,10 +609,12 @@ class S3Store:
         if delimiter is not None and token is None and prefix and not contents and not common:
             raise NotFound(prefix)
         skip = len(self.prefix)
-        listing = Listing([p["Prefix"][skip:] for p in common],
-                          [o["Key"][skip:] for o in contents if o["Key"] != full])
+        infos: list[tuple[str, ObjectInfo | None]] = [
+            (o["Key"][skip:], ObjectInfo(o.get("Size", 0), o.get("ETag", ""),
+                                         float(math.floor(_mtime(o)))))
+            for o in contents if o["Key"] != full]
         next_token = page.get("NextContinuationToken") if page.get("IsTruncated") else None
-        return listing, next_token
+        return _Page([p["Prefix"][skip:] for p in common], infos), next_token
 
     async def _call(self, key: str, operation: Callable[[], Awaitable[T]]) -> T:
         """``operation`` with retries, under the limiter, every failure mapped to this

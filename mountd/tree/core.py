@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 import trio
 
@@ -149,11 +148,11 @@ class Tree:
         return self.stamps(obj if op.names else op.domain)
 
     def stamps(self, source: AnyObject | Domain | None) -> tuple[float, float]:
-        """(mtime, ctime) from an object's or a domain's times; the mount's
-        start where it has none."""
-        modified: Any = getattr(source, "modified", None) or self.started
-        created: Any = getattr(source, "created", None) or modified
-        return float(modified), float(created)
+        """(mtime, ctime) of an object's or a domain's entries: both the storage
+        time of its stored metadata; the mount's start where it has none."""
+        modified = float(source.modified or self.started) if source is not None \
+            else self.started
+        return modified, modified
 
     # -- chunks ---------------------------------------------------------
 
