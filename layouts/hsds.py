@@ -166,8 +166,8 @@ async def open_place(place: Place, host: Host) -> HsdsCatalog:
     source, domain = place.location, host.domain
     single = None if domain is None else _domain_path(domain)
     # With metadata_ttl 0 every walk would list the whole domain again.
-    index = DomainIndex(place.store, host.metadata_ttl, eager=place.kind is PlaceKind.BUCKET) \
-        if host.metadata_ttl > 0 else None
+    index = DomainIndex(place.store, host.metadata_ttl, eager=place.kind is PlaceKind.BUCKET,
+                        records=host.records) if host.metadata_ttl > 0 else None
     catalog = HsdsCatalog(place.store, single_domain=single, open_uri=host.storage_opener(),
                           max_metadata=host.max_metadata, domain_index=index,
                           decoded=host.decoded_cache)

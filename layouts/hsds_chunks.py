@@ -42,7 +42,9 @@ bytes are of) and its decoded bytes are handed back to the cache.
 
 Chunks are listed from the domain's ``DomainState`` (``layouts.hsds_domains``)
 when it has one, or makes one (object stores); else the chunk directory (and
-its partition directories) is listed.
+its partition directories) is listed. A read of a chunk that a current state
+shows is not stored (in a dataset of at most ``KNOWN_ABSENT`` chunks: a
+scalar's value) is answered at once, with no request.
 
 Concurrency: a store holds only immutable state and may be used from many trio
 tasks. Decoding a chunk (or a batch) goes through ``layouts.decoding``: once
@@ -82,6 +84,9 @@ _NOOP = {"H5Z_FILTER_NONE", "H5Z_FILTER_FLETCHER32", "H5Z_FILTER_NBIT",
 _COMPRESSORS = {"H5Z_FILTER_DEFLATE", "H5Z_FILTER_LZF", "H5Z_FILTER_BLOSC", "H5Z_FILTER_SNAPPY",
                 "H5Z_FILTER_LZ4", "H5Z_FILTER_LZ4HC", "H5Z_FILTER_ZSTD"}
 _ITEM_COUNT = struct.Struct("<I")
+#: Stored chunks a dataset may have for a read to be answered "not stored" from
+#: its domain's listing (a membership test in that many names), with no request.
+KNOWN_ABSENT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +356,17 @@ class HsdsChunkStore:
             return False
         return await self._store.exists(self.key(index))
 
+    def _not_stored(self, key: str) -> bool:
+        """True if the domain's current listing shows ``key`` is not stored: a
+        dataset of a few chunks (a scalar's one) is not asked for one it lacks."""
+        if self._index is None or self._dset.uuid1 is None:
+            return False
+        state = self._index.fresh(self._dset.uuid1)
+        if state is None:
+            return False
+        names = state.listing.chunks.get(self._dset.uuid2 or "", ())
+        return len(names) <= KNOWN_ABSENT and key[len(self._dset.chunk_dir()):] not in names
+
     async def read(self, index: ChunkIndex) -> bytes | None:
         if not self._in_grid(index):
             return None
@@ -358,6 +374,8 @@ class HsdsChunkStore:
             # Named by the dataset's JSON: that is what is wrong, and it is logged once.
             raise Corrupt(self._dset.json_key(), f"unsupported filter {self._spec.plan.unknown}")
         key = self.key(index)
+        if self._not_stored(key):
+            return None
         if self._decoded is not None:
             return await self._read_kept(key, self._decoded)
         try:

@@ -25,7 +25,15 @@ request, not a listing of the domain; a walk lists it once.
 
 A state is used for ``ttl`` seconds from the start of its listing
 (``metadata_ttl``); what is built from it is as old as it (``age``), so the
-metadata cache keeps it no longer than the listing proves it. A domain of
+metadata cache keeps it no longer than the listing proves it.
+
+With ``records`` (``-o cache_dir``, remote stores), every listing is kept as
+a record (``layouts.hsds_listing.to_record``). The first time a mount needs
+a domain, its record is looked up: one made less than ``ttl`` ago is the
+state (its validators vouched for to the block cache, so the objects, the
+summary and its ``.info.json`` are read from the disk cache with no request
+at all); an older one says the domain was walked before, so it is listed
+at once, in one listing, and the disk cache serves what did not change. A domain of
 more than ``MAX_KEYS`` keys (chunks included), or whose listing fails, has
 no state for ``ttl``: its objects are read and its datasets listed one by
 one, as without an index. A summary that cannot be used is logged once, at
@@ -54,8 +62,18 @@ import trio
 
 from layouts import hsds_summary
 from layouts.errors import Corrupt, LayoutError, NotFound, first_report
-from layouts.hsds_listing import INFO_NAME, SUMMARY_NAME, DomainListing, list_domain, root_prefix
+from layouts.hsds_listing import (
+    INFO_NAME,
+    SUMMARY_NAME,
+    DomainListing,
+    from_record,
+    list_domain,
+    root_prefix,
+    sort_keys,
+    to_record,
+)
 from layouts.model import AnyObject
+from layouts.places import Records
 from layouts.storage import Store, fetch_capped
 
 log = logging.getLogger(__name__)
@@ -111,17 +129,23 @@ class _Slot:
     failed: bool = False
     #: Objects read one by one since the last listing.
     reads: int = 0
+    #: Whether the record an earlier mount kept was looked for.
+    restored: bool = False
 
 
 class DomainIndex:
     """The ``DomainState`` of each domain of one store, one listing per ``ttl``."""
 
     def __init__(self, store: Store, ttl: float, *, eager: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 records: Records | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self._store = store
         self._ttl = ttl
         self._eager = eager
+        self._records = records if records is not None and records.keeps(store) else None
         self._clock = clock
+        self._wall = wall
         self._slots: OrderedDict[str, _Slot] = OrderedDict()
         #: Listings made, and summaries fetched (for tests and the log).
         self.listings = 0
@@ -159,6 +183,10 @@ class DomainIndex:
             loading = slot.loading
             await loading.done.wait()
             return loading.state
+        if not slot.restored and self._records is not None:
+            state = await self._load(uuid1, slot, self._clock(), restore=True)
+            if state is not None or slot.failed or self._slots.get(uuid1) is not slot:
+                return state
         now = self._clock()
         if slot.failed and now - slot.tried < self._ttl:
             return None
@@ -167,12 +195,18 @@ class DomainIndex:
             return None
         return await self._load(uuid1, slot, now)
 
-    async def _load(self, uuid1: str, slot: _Slot, now: float) -> DomainState | None:
+    async def _load(self, uuid1: str, slot: _Slot, now: float, *,
+                    restore: bool = False) -> DomainState | None:
+        """A new state, from a listing made now or (``restore``) from the record an
+        earlier mount kept; None when a listing gives none, or there is no record."""
         loading = slot.loading = _Listing()
-        slot.tried = now
         state = None
         try:
-            state = await self._listed(uuid1, slot.state, now)
+            if restore:
+                slot.restored = True
+                state = await self._restored(uuid1, slot, now)
+            else:
+                state = await self._listed(uuid1, slot, now)
         except LayoutError as exc:
             log.debug("listing %s failed (%s): its objects are read one by one",
                       root_prefix(uuid1), exc)
@@ -183,20 +217,48 @@ class DomainIndex:
         # No await from here to the end of the trim.
         if self._slots.get(uuid1) is not slot:  # dropped meanwhile: answer, keep nothing
             return state
-        slot.state, slot.failed, slot.reads = state, state is None, 0
+        if state is not None or slot.tried == now:
+            slot.state, slot.failed, slot.reads = state, state is None, 0
         self._trim()
         return state
 
-    async def _listed(self, uuid1: str, previous: DomainState | None,
-                      now: float) -> DomainState | None:
-        """A new state from a listing made now; what ``previous`` built and the
-        summary it parsed are kept where the listing shows them unchanged."""
+    async def _restored(self, uuid1: str, slot: _Slot, now: float) -> DomainState | None:
+        """The state an earlier mount's record gives: the record itself while it is
+        younger than ``ttl``, else a listing made now; None without a record."""
+        assert self._records is not None
+        raw = await self._records.load(self._store, _record_name(uuid1))
+        found = None if raw is None else from_record(uuid1, raw)
+        if found is None:
+            return None
+        keys, listed_at = found
+        age = self._wall() - listed_at
+        if not 0 <= age < self._ttl:
+            log.debug("%s was listed %.0f s ago by an earlier mount: listing it again",
+                      root_prefix(uuid1), age)
+            return await self._listed(uuid1, slot, now)
+        await self._records.vouch(self._store, keys, age)
+        return await self._stated(uuid1, sort_keys(uuid1, keys), None, now - age)
+
+    async def _listed(self, uuid1: str, slot: _Slot, now: float) -> DomainState | None:
+        """A new state from a listing made now (kept as a record, with ``records``)."""
+        slot.tried = now
         self.listings += 1
-        listing = await list_domain(self._store, uuid1, MAX_KEYS)
-        if listing is None:
+        listed_at = self._wall()
+        keys = await list_domain(self._store, uuid1, MAX_KEYS)
+        if keys is None:
             log.debug("%s has more than %d keys: its objects are read one by one",
                       root_prefix(uuid1), MAX_KEYS)
             return None
+        if self._records is not None:
+            await self._records.save(self._store, _record_name(uuid1),
+                                     to_record(uuid1, keys, listed_at))
+        return await self._stated(uuid1, sort_keys(uuid1, keys), slot.state, now)
+
+    async def _stated(self, uuid1: str, listing: DomainListing, previous: DomainState | None,
+                      started: float) -> DomainState:
+        """The state ``listing`` (begun at ``started``) proves: what ``previous`` built
+        and the summary it parsed are kept where the listing shows them unchanged,
+        and the summary's entries are trusted where it covers the domain."""
         objects = listing.objects
         built: dict[str, tuple[str, AnyObject]] = {}
         if previous is not None:
@@ -204,7 +266,7 @@ class DomainIndex:
                 found = objects.get(obj_id)
                 if found is not None and found.etag == etag:
                     built[obj_id] = (etag, obj)
-        state = DomainState(now, listing, {}, built)
+        state = DomainState(started, listing, {}, built)
         if listing.summary is None or listing.info is None or len(built) == len(objects):
             return state
         kept = previous.summary if previous is not None else None
@@ -266,3 +328,7 @@ class DomainIndex:
                 if slot.state is not None:
                     total -= slot.state.listing.keys
 
+
+def _record_name(uuid1: str) -> str:
+    """The name of the record of the domain's listing (``Records``)."""
+    return f"{root_prefix(uuid1)}.h5mount-listing"

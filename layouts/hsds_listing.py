@@ -1,8 +1,8 @@
 """One listing of an HSDS domain's keys, read as the domain's objects and chunks.
 
-Owns ``DomainListing`` and ``list_domain``: every key under ``db/<uuid1>/``
-(a schema v2 domain's root prefix) listed at once (``Store.list_tree``), and
-sorted into
+Owns ``DomainListing``, ``list_domain`` and ``sort_keys``: every key under
+``db/<uuid1>/`` (a schema v2 domain's root prefix) listed at once
+(``Store.list_tree``), and sorted into
 
 - ``objects``: each object id whose JSON is stored, with that key's
   ``ObjectInfo`` (size, validator, last-modified time): the root group
@@ -17,18 +17,26 @@ files) are left out: they are nothing a link can reach. Only the object JSON
 and summary keys are asked for their info, so a local bucket stats no chunk
 file.
 
+A listing is also kept across mounts as a record (``to_record``,
+``from_record``: JSON of every key with its info, and when the listing was
+made), so a remount can tell whether it is still current.
+
 Pure functions and an immutable result, apart from the one ``list_tree``
 call; safe from any task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import orjson
 
 from layouts import hsds_ids
 from layouts.storage import ObjectInfo, Store
 
+#: The version of ``to_record``'s layout; a record of another is not read.
+RECORD_VERSION = 1
 INFO_NAME = ".info.json"
 SUMMARY_NAME = ".summary.json"
 _ROOT_NAME = ".group.json"
@@ -57,12 +65,12 @@ def wants_info(key: str) -> bool:
     return key.rpartition("/")[2].startswith(".")
 
 
-async def list_domain(store: Store, uuid1: str, limit: int) -> DomainListing | None:
-    """The listing of the domain whose root group's ``uuid1`` is given; None when
-    it holds more than ``limit`` keys."""
-    prefix = root_prefix(uuid1)
-    found = await store.list_tree(prefix, wants_info, limit)
-    return None if found is None else sort_keys(uuid1, found)
+async def list_domain(store: Store, uuid1: str,
+                      limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
+    """Every key of the domain whose root group's ``uuid1`` is given, with the
+    infos a ``DomainListing`` needs (``sort_keys``); None when it holds more
+    than ``limit`` keys."""
+    return await store.list_tree(root_prefix(uuid1), wants_info, limit)
 
 
 def sort_keys(uuid1: str, found: Iterable[tuple[str, ObjectInfo | None]]) -> DomainListing:
@@ -101,3 +109,30 @@ def sort_keys(uuid1: str, found: Iterable[tuple[str, ObjectInfo | None]]) -> Dom
         elif collection == "d" and not name.startswith("."):
             chunks.setdefault(uuid2, []).append(name)
     return DomainListing(objects, chunks, info, summary, count)
+
+
+def to_record(uuid1: str, found: Sequence[tuple[str, ObjectInfo | None]],
+              listed_at: float) -> bytes:
+    """A listing of the domain (every key as ``Store.list_tree`` gave it), made at
+    ``listed_at`` (seconds since the epoch), as a record."""
+    return orjson.dumps({
+        "version": RECORD_VERSION, "uuid1": uuid1, "listed_at": listed_at,
+        "keys": [[key] if info is None else [key, info.size, info.etag, info.mtime]
+                 for key, info in found]})
+
+
+def from_record(uuid1: str, raw: bytes
+                ) -> tuple[list[tuple[str, ObjectInfo | None]], float] | None:
+    """The keys a record of the domain's listing holds and when it was made; None
+    for a record of another version or domain, or one that does not parse."""
+    try:
+        doc = orjson.loads(raw)
+        if doc["version"] != RECORD_VERSION or doc["uuid1"] != uuid1:
+            return None
+        found: list[tuple[str, ObjectInfo | None]] = [
+            (str(item[0]), None if len(item) == 1 else
+             ObjectInfo(int(item[1]), str(item[2]), float(item[3])))
+            for item in doc["keys"]]
+        return found, float(doc["listed_at"])
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None

@@ -14,11 +14,12 @@ the ones the catalog keeps (``OpenUri``: safe from any task, never blocking).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from layouts.decoding import DecodedCache
-from layouts.storage import OpenUri, Store
+from layouts.storage import ObjectInfo, OpenUri, Store
 
 
 class PlaceKind(enum.Enum):
@@ -45,6 +46,37 @@ class Place:
     location: str
     kind: PlaceKind
     store: Store | None = None
+
+
+class Records(Protocol):
+    """Small records a format keeps about the objects of a remote store across
+    mounts (in ``cache_dir``), and the validations they carry.
+
+    A record is whatever bytes the format saves under a name of its choosing,
+    per store; the format says what they mean and whether they are still
+    current. ``vouch`` hands the daemon's caches what a listing made ``age``
+    seconds ago showed of each object (size, validator), so cached bytes of
+    those objects are served without asking storage until ``metadata_ttl``
+    after that listing.
+    """
+
+    def keeps(self, store: Store) -> bool:
+        """True if records are kept for ``store`` (the remote stores of the mount)."""
+        ...
+
+    async def load(self, store: Store, name: str) -> bytes | None:
+        """The record ``name`` of ``store`` an earlier mount saved, or None."""
+        ...
+
+    async def save(self, store: Store, name: str, data: bytes) -> None:
+        """Keep ``data`` as the record ``name`` of ``store``, written behind (it
+        may be dropped when the disk is busy or full)."""
+        ...
+
+    async def vouch(self, store: Store, listed: Sequence[tuple[str, ObjectInfo | None]],
+                    age: float) -> None:
+        """Take ``listed`` as what ``store`` held ``age`` seconds ago."""
+        ...
 
 
 class Host(Protocol):
@@ -75,6 +107,12 @@ class Host(Protocol):
         paths: the first reads the place itself, the second what its content
         names, under the daemon's rule of what a source may read (a remote one
         may not name local files)."""
+        ...
+
+    @property
+    def records(self) -> Records | None:
+        """Where a format keeps records about its remote stores across mounts
+        (``-o cache_dir``), or None."""
         ...
 
     @property

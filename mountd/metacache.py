@@ -216,8 +216,9 @@ class CachedCatalog:
     async def _fetch_objects(self, domain: Domain, obj_ids: list[str]
                              ) -> list[tuple[AnyObject | MountError, float]]:
         """Each object or its error, with the age of its proof (0: fetched now)."""
-        if isinstance(self.inner, AgedCatalog):  # always so when self._aged
-            return await self.inner.load_objects(domain, obj_ids)
+        if self._aged:
+            aged: AgedCatalog = self.inner  # type: ignore[assignment]
+            return await aged.load_objects(domain, obj_ids)
         batch = getattr(self.inner, "get_objects", None)
         if batch is not None:
             results: list[AnyObject | MountError] = await batch(domain, obj_ids)

@@ -18,7 +18,8 @@ blocks). Local files are read from disk directly; the page cache serves them.
 The daemon gives the cache its background nursery. With ``-o cache_decoded``
 the formats are also lent a ``DecodedDiskCache`` over that block cache
 (``_Host.decoded_cache``), which keeps decoded chunks of its stores in
-``cache_dir``.
+``cache_dir``, and ``DiskRecords`` (``_Host.records``), where a format keeps
+records about its remote stores across mounts (an HSDS domain's listing).
 
 ``Source.refresh`` (the daemon's SIGHUP, with the catalog cache's ``drop``)
 reads again what the source keeps besides the catalog's answers: an S3
@@ -64,6 +65,7 @@ from mountd.io.decodedcache import DecodedDiskCache
 from mountd.io.diskcache import DiskCache
 from mountd.io.http import HttpConnection, HttpOptions, open_http
 from mountd.io.local import LocalStore
+from mountd.io.records import DiskRecords
 
 if TYPE_CHECKING:
     from mountd.io.s3 import S3Connection
@@ -154,7 +156,8 @@ class _Host:
     cache is made when the first remote store needs it (S3
     makes it first); the HTTP client ``url_openers`` opens is closed with
     ``stack``. The decoded-chunk cache is made over the block cache when first
-    asked for, if ``-o cache_decoded`` and there is a block cache by then.
+    asked for, if ``-o cache_decoded`` and there is a block cache by then; the
+    records likewise, if it has a disk cache (``-o cache_dir``).
     """
 
     def __init__(self, config: MountConfig, stack: AsyncExitStack, *,
@@ -164,6 +167,7 @@ class _Host:
         self._storage = storage
         self.cache = cache
         self._decoded: DecodedDiskCache | None = None
+        self._records: DiskRecords | None = None
 
     @property
     def domain(self) -> str | None:
@@ -176,6 +180,12 @@ class _Host:
     @property
     def metadata_ttl(self) -> float:
         return self._config.metadata_ttl
+
+    @property
+    def records(self) -> DiskRecords | None:
+        if self._records is None and self.cache is not None and self.cache.disk is not None:
+            self._records = DiskRecords(self.cache)
+        return self._records
 
     @property
     def decoded_cache(self) -> DecodedDiskCache | None:

@@ -327,3 +327,63 @@ def test_answers_from_a_listing_expire_with_it(aged_bucket: Path,
         assert again is first and index.listings == 2 and index.summaries == 1
         assert _object_reads(store) == 0
     trio.run(main)
+
+
+class MemoryRecords:
+    """Records kept in a dict (``layouts.places.Records``), as a cache_dir would."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, bytes] = {}
+        self.vouched: list[tuple[int, float]] = []
+
+    def keeps(self, store: Any) -> bool:
+        return True
+
+    async def load(self, store: Any, name: str) -> bytes | None:
+        return self.kept.get(name)
+
+    async def save(self, store: Any, name: str, data: bytes) -> None:
+        self.kept[name] = data
+
+    async def vouch(self, store: Any, listed: Any, age: float) -> None:
+        self.vouched.append((len(listed), age))
+
+
+def test_a_kept_listing_serves_a_remount_until_the_ttl(aged_bucket: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second mount finds the first one's listing: younger than the TTL it is the
+    state, with its validators vouched for (no listing); older, the domain is
+    listed at its first use, however few objects are asked for; a broken
+    record is no record."""
+    monkeypatch.setattr(hsds_domains, "LIST_AFTER", 1)
+    domain_path = "home/admin/links.h5"
+    records = MemoryRecords()
+    now = [1_000_000.0]
+
+    def mount() -> tuple[HsdsCatalog, DomainIndex]:
+        index = DomainIndex(LocalStore(aged_bucket), 60, eager=False,  # type: ignore[arg-type]
+                            records=records, wall=lambda: now[0])
+        return HsdsCatalog(LocalStore(aged_bucket), domain_index=index), index
+
+    async def main() -> None:
+        catalog, index = mount()
+        domain = await catalog.domain(domain_path)
+        assert domain is not None and domain.root_id is not None
+        expected = await _walk(catalog, domain)
+        assert index.listings == 1 and len(records.kept) == 1
+        now[0] += 10
+        catalog, index = mount()
+        assert await _walk(catalog, domain) == expected
+        assert index.listings == 0 and index.summaries == 1
+        assert len(records.vouched) == 1 and records.vouched[0][1] == 10
+        now[0] += 100
+        catalog, index = mount()
+        await catalog.get_object(domain, domain.root_id)  # one object: still listed
+        assert index.listings == 1
+        [name] = records.kept
+        records.kept[name] = b"not a record"
+        monkeypatch.setattr(hsds_domains, "LIST_AFTER", 32)
+        catalog, index = mount()
+        await catalog.get_object(domain, domain.root_id)
+        assert index.listings == 0
+    trio.run(main)

@@ -432,6 +432,50 @@ def test_disk_cache_survives_a_remount(s3_bucket, mnt, proxy, tmp_path) -> None:
     assert len(heads) == 27
 
 
+def _walk_reading_sidecars(mp: Path) -> int:
+    """``find`` over the mount, reading every sidecar: what a walk reads of each
+    object's metadata. The number of sidecars read."""
+    found = subprocess.run(["find", str(mp), "-name", "*.json", "-type", "f", "-print0"],
+                           capture_output=True, check=True).stdout.split(b"\0")[:-1]
+    for path in found:
+        Path(os.fsdecode(path)).read_bytes()
+    return len(found)
+
+
+def test_remount_walks_from_the_disk_cache(s3_bucket, proxy, tmp_path) -> None:
+    """With ``cache_dir``, a remount within ``metadata_ttl`` of the first walk walks
+    every domain with no request for any of its objects and no listing (each
+    domain's listing is kept as a record, still current); after the TTL, with
+    one listing per domain and still no request for an object: the listing
+    proves the etags of what the disk cache holds (``BlockCache.vouch``)."""
+    cache = tmp_path / "cache"
+    options = ("-o", f"cache_dir={cache}")
+    sizes = s3_bucket.keys().entries()
+    prefix = f"/{s3_bucket.bucket}/"
+
+    def objects_asked() -> list[str]:
+        asked = [seen.target.split("?")[0] for seen in proxy.requests(path="/db/")
+                 if "list-type=2" not in seen.target]
+        # but for empty objects, which leave no block on disk
+        return [key for key in asked if sizes.get(key.removeprefix(prefix), (1,))[0] != 0]
+
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        first = _walk_reading_sidecars(mp)
+    assert first > 100 and len(objects_asked()) > 100
+    proxy.clear()
+    with proxied(s3_bucket, proxy, tmp_path / "mp", *options) as mp:
+        assert _walk_reading_sidecars(mp) == first
+    assert objects_asked() == [] and _domain_listings(proxy) == []
+    time.sleep(ttl := 6.0)  # every record older than the next mount's TTL
+    proxy.clear()
+    with proxied(s3_bucket, proxy, tmp_path / "mp", "-o",
+                 f"cache_dir={cache},metadata_ttl={ttl}") as mp:
+        assert _walk_reading_sidecars(mp) == first
+    assert objects_asked() == []
+    listed = _domain_listings(proxy)
+    assert len(set(listed)) == len(s3_bucket.domains()) and len(listed) >= len(set(listed))
+
+
 def figures(mp: Path) -> dict[str, Any]:
     """``.h5mount/stats.json``: the first of a mount is made when it is read."""
     doc: dict[str, Any] = json.loads((mp / ".h5mount" / "stats.json").read_bytes())

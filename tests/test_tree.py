@@ -20,6 +20,7 @@ from layouts.model import (
     Attribute,
     Dataset,
     Domain,
+    Group,
     Link,
     LinkKind,
     ObjectKind,
@@ -30,9 +31,10 @@ from mountd.chunkahead import GridReadahead, ravel, unravel
 from mountd.chunkcache import ChunkCache
 from mountd.errors import NotFound, StorageError
 from mountd.metacache import CachedCatalog
-from mountd.names import display_name, escape
+from mountd.names import display_name, escape, unescape
 from mountd.nodes import STREAM_WINDOW, DirNode, FileNode, Node, StreamListing, SymlinkNode
 from mountd.tree import Tree
+from mountd.tree.groups import GroupDir
 from mountd.tree.viewnodes import ViewHandle
 from tests.modelcat import MemoryCatalog, dataset, float_type, group
 
@@ -661,21 +663,45 @@ def test_meta_files_render_once_per_object_instance() -> None:
     trio.run(main)
 
 
-def test_group_lookups_reuse_one_name_index() -> None:
+def test_escape_is_inverted_for_lookups() -> None:
+    names = ["a", "%", "%25", ".", "..", "%2E", "%2E%2E", "a%00b", "x\0y", "%%", "é%", "",
+             "a.json", "b" * 300]
+    for name in names:
+        assert unescape(escape(name)) == name, name
+    for shown in ("%2", "%zz", "a%0", ".", "..", "%2e", "a\0b", "%41"):
+        assert unescape(shown) is None, shown
+
+
+def test_group_lookups_find_what_the_listing_shows_without_an_index() -> None:
+    """Every name a listing shows is found by lookup as the same entry, among
+    escaped, cut-and-hashed and colliding names (a real ``x.json`` wins over
+    ``x``'s sidecar), and a lookup of 10,000 links neither builds nor keeps an
+    index of the group (the memo sees only the long names' small map)."""
+    tricky = ["a", "a.json", "a.npy.json", "%", ".", "..", "x\0y", "b.npy", "é" * 130,
+              "é" * 130 + "x", "n" * 250, "n" * 250 + ".json", "q.zattrs"]
+
     async def main() -> None:
-        links = {f"d{i:05d}": hard("d-x") for i in range(10_000)}
+        links = {name: hard("d-x") for name in tricky}
+        links.update({f"d{i:05d}": hard("d-x") for i in range(10_000)})
         catalog = make_catalog()
         catalog.objects["g-root"] = group("g-root", **links)
         tree = Tree(catalog, views=[NpyView()])
         root = await walk(tree, "home/u/f.h5")
-        assert isinstance(root, DirNode)
+        assert isinstance(root, GroupDir)
+        grp = catalog.objects["g-root"]
+        assert isinstance(grp, Group)
+        index = root._index(grp)
+        for shown, want in index.names.items():
+            assert root._find(grp, shown) == want, shown
+        for absent in ("d99999", "d00001.csv", "%2", "a.jsonx", "é" * 130 + ".npy~0"):
+            assert root._find(grp, absent) is None, absent
         await root.lookup("d00000")
-        misses = tree.memo.misses
+        entries = len(tree.memo._items)
         for i in range(0, 10_000, 7):
             assert isinstance(await root.lookup(f"d{i:05d}.json"), FileNode)
         with pytest.raises(NotFound):
             await root.lookup("d99999")
-        assert tree.memo.misses == misses
+        assert len(tree.memo._items) == entries
     trio.run(main)
 
 

@@ -57,6 +57,10 @@ Design, mountpoint-s3 style:
 - Fetched blocks are written behind to the disk cache in the same nursery
   (inline without one), at most ``WRITE_BEHIND`` bytes queued
   (``writebehind.WriteBehind``).
+- A listing proves the etags it shows: ``vouch`` takes them as validations
+  of the objects whose blocks are cached, so a walk that lists a domain (and
+  a remount's first walk, whose blocks are on disk) sends no ``head`` for
+  them.
 - At most ``IDLE_OBJECTS`` objects without blocks in memory are remembered
   (``blocktable``); pending fetches, heads and whole reads are only those
   under way.
@@ -79,7 +83,8 @@ the claim loop in ``_gather`` (look in memory, then among pending fetches,
 else insert a ``_Pending``), the whole of ``_prefetch`` (plan and claim the
 blocks, start the tasks), everything after a fetch returns up to the
 settling of its pending blocks (``_accept``, ``_put``, ``_settle``), applying
-a ``head`` (``_validate``), and ``_forget``/``_invalidate``. The
+a ``head`` (``_validate``) or a listing (``vouch``), and
+``_forget``/``_invalidate``. The
 ``BlockTable`` and ``Windows`` calls these sections make (eviction included)
 are synchronous, atomic by construction; ``WriteBehind.spill`` keeps its own
 no-await section (see ``mountd.io.writebehind``). Whoever claims a block
@@ -96,7 +101,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
@@ -427,6 +432,28 @@ class BlockCache:
 
     # -- validation ----------------------------------------------------------------------
 
+    async def vouch(self, store: Store, listed: Iterable[tuple[str, ObjectInfo | None]],
+                    age: float = 0.0) -> None:
+        """Take the infos a listing of ``store`` gave ``age`` seconds ago as its
+        objects' state then, for those whose blocks this cache holds (in memory
+        or on disk): they are served without a ``head`` until ``validate_ttl``
+        after the listing, and blocks of another etag are dropped. Objects with
+        nothing cached are left alone (a first read learns its info with its
+        bytes), so a listing of a million keys adds no entries of its own to
+        the object table."""
+        if self.disk is not None:
+            await self.disk.load()
+        # No await from here on.
+        url, bs = store.url, self.block_size
+        for key, info in listed:
+            if info is None:
+                continue
+            ok = (url, key)
+            if self._table.object(ok) is not None or (
+                    self.disk is not None
+                    and self.disk.has_any(url, key, range(max(1, -(-info.size // bs))))):
+                self._record(ok, info, age)
+
     def expire(self) -> None:
         """Treat every validation made so far as out of date (SIGHUP): the next read
         that would serve an object's cached blocks validates it first. A ``head``
@@ -498,16 +525,18 @@ class BlockCache:
         self._record(ok, info)
         return True
 
-    def _record(self, ok: ObjKey, info: ObjectInfo) -> None:
-        """Take ``info`` as the object's state now: blocks of another etag are dropped."""
+    def _record(self, ok: ObjKey, info: ObjectInfo, age: float = 0.0) -> None:
+        """Take ``info`` as the object's state ``age`` seconds ago (0: now): blocks of
+        another etag are dropped."""
         obj = self._table.object(ok)
         if obj is not None and obj.info.etag != info.etag:
             self._invalidate(ok, obj.info.etag)
             obj = None
+        validated = self._clock() - age
         if obj is None:
-            self._table.remember(ok, info, self._clock())
-        else:
-            obj.info, obj.validated = info, self._clock()
+            self._table.remember(ok, info, validated)
+        elif validated >= obj.validated:
+            obj.info, obj.validated = info, validated
 
     def _invalidate(self, ok: ObjKey, etag: str) -> None:
         """Drop the object if it is still known with ``etag``."""

@@ -3,7 +3,9 @@
 Owns nothing but the pairing of one inner store with a cache: ``get``,
 ``fetch``, ``fetch_many`` and ``head`` are answered by the cache (keyed by the
 inner store's URL, so one cache serves many stores), while ``exists`` and the
-listings pass straight through. The daemon wraps each remote store with it::
+listings pass straight through; what ``list_tree`` shows of each object
+validates the blocks the cache holds of it (``BlockCache.vouch``). The
+daemon wraps each remote store with it::
 
     cache = BlockCache(budget, disk=DiskCache(...) or None, validate_ttl=ttl)
     store = CachedStore(S3Store(...), cache)
@@ -63,7 +65,12 @@ class CachedStore:
 
     async def list_tree(self, prefix: str, info_for: Callable[[str], bool],
                         limit: int) -> list[tuple[str, ObjectInfo | None]] | None:
-        return await self.inner.list_tree(prefix, info_for, limit)
+        """The inner store's listing, whose infos the cache takes as validations of
+        the objects it holds (``BlockCache.vouch``)."""
+        found = await self.inner.list_tree(prefix, info_for, limit)
+        if found is not None:
+            await self.cache.vouch(self.inner, found)
+        return found
 
     async def fetch_many(self, keys: Sequence[str],
                          limit: int | None = None) -> list[Fetched | LayoutError]:

@@ -41,7 +41,7 @@ T = TypeVar("T")
 #: Directory entries read per worker-thread call in ``iter_dir``.
 DIR_PAGE = 1000
 #: Directories scanned per worker-thread call in ``list_tree``.
-TREE_BATCH = 64
+TREE_BATCH = 256
 
 
 def _info(st: os.stat_result) -> ObjectInfo:

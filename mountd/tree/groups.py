@@ -5,10 +5,11 @@ directory, its sidecar and the entries of the views that apply to it; a
 symlink for a soft or external link, or a hard link back to an ancestor,
 plus symlinks to the target's sidecar and views), the group's own files
 (``.zattrs``, ``.zgroup``, and the mount root's ``.root.json`` and
-``.root.h5``), and the
-name index that makes lookups O(1) (a real link's name wins over a
-generated one). ``Symlink`` is a link's node; ``object_dir`` makes the
-directory node for an object of a given kind.
+``.root.h5``), and how names map to links: a listing sorts them all once
+(a real link's name wins over a generated one), while a lookup maps its name
+back to the link in O(1), with no per-group index that a group of 100,000
+links would have to keep or rebuild. ``Symlink`` is a link's node;
+``object_dir`` makes the directory node for an object of a given kind.
 
 Listing a group fetches its children's objects in batches and makes every
 entry with its stat, ``LIST_CONCURRENCY`` links at a time. The rows are
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from layouts.model import AnyObject, Group, Link, LinkKind, ObjectKind
 from mountd.errors import MountError, NotFound
-from mountd.names import display_name
+from mountd.names import display_name, fits, unescape
 from mountd.nodes import (
     DirListing,
     Node,
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 
 #: Children whose objects are fetched ahead when a group is loaded in the background.
 PRELOAD_LINKS = 1000
-#: Rough bytes one name of a group index costs, for the memo's budget.
+#: Rough bytes one name of a group's long-name map costs, for the memo's budget.
 _INDEX_ENTRY_BYTES = 200
 #: Rough bytes one memoised readdir row costs beyond its node (which the inode
 #: table holds anyway while the kernel knows the entry).
@@ -133,11 +134,8 @@ class GroupDir(ObjectDir):
         return [SIDECAR, *(view.suffix for view in self.tree.entry_views)]
 
     def _index(self, group: Group) -> _GroupIndex:
-        """The group's entry names, built once per group object (O(1) lookups after)."""
-        key = ("index", self.op.domain.path, group.id)
-        index: _GroupIndex | None = self.tree.memo.get(key, group)
-        if index is not None:
-            return index
+        """Every entry name of the group: the link names with each suffix in
+        sorted order, the first to claim a name keeping it, real links winning."""
         names: dict[str, tuple[str, str]] = {}
         suffixes = self._suffixes()
         for name in sorted(group.links):
@@ -145,9 +143,43 @@ class GroupDir(ObjectDir):
                 names.setdefault(display_name(name, suffix), (name, suffix))
         for name in group.links:
             names[display_name(name)] = (name, "")
-        index = _GroupIndex(names, sorted(names))
-        self.tree.memo.put(key, index, _INDEX_ENTRY_BYTES * len(names), group)
-        return index
+        return _GroupIndex(names, sorted(names))
+
+    def _find(self, group: Group, name: str) -> tuple[str, str] | None:
+        """The (link name, suffix) of the entry shown as ``name``, as ``_index``
+        would give it, in O(1) with no index: the name is mapped back to its link
+        (``names.unescape``); only a cut and hashed long name needs the small
+        map of the group's long names (``_long_names``)."""
+        links = group.links
+        raw = unescape(name)
+        if raw is not None and raw in links and display_name(raw) == name:
+            return raw, ""
+        for suffix in self._suffixes():
+            if name.endswith(suffix):
+                raw = unescape(name[:-len(suffix)])
+                if raw is not None and raw in links and display_name(raw, suffix) == name:
+                    return raw, suffix
+        return self._long_names(group).get(name)
+
+    def _long_names(self, group: Group) -> dict[str, tuple[str, str]]:
+        """The entries of the links whose names are cut and hashed with some
+        suffix, by shown name (memoised with the group object; few groups have
+        any, and a lookup of an ordinary name never gets here for one that does)."""
+        key = ("long", self.op.domain.path, group.id)
+        found: dict[str, tuple[str, str]] | None = self.tree.memo.get(key, group)
+        if found is not None:
+            return found
+        suffixes = self._suffixes()
+        longest = max(len(suffix.encode()) for suffix in suffixes)
+        found = {}
+        long_links = sorted(name for name in group.links if not fits(name, longest))
+        for name in long_links:
+            for suffix in suffixes:
+                found.setdefault(display_name(name, suffix), (name, suffix))
+        for name in long_links:
+            found[display_name(name)] = (name, "")
+        self.tree.memo.put(key, found, _INDEX_ENTRY_BYTES * len(found), group)
+        return found
 
     def open_listing(self) -> DirListing:
         return SnapshotListing(self.listing)
@@ -223,7 +255,7 @@ class GroupDir(ObjectDir):
 
     async def lookup(self, name: str) -> Node:
         group = await self.tree.group(self.op)
-        found = self._index(group).names.get(name)
+        found = self._find(group, name)
         if found is None:
             own = self._own_files().get(name)
             if own is None:
