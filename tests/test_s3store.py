@@ -6,7 +6,8 @@ short response) and the proxy's record shows what the store actually sent:
 GETs and HEADs on the hot path carry no ``amz-sdk-invocation-id`` header,
 those sent by aiobotocore do. The hot path's SigV4 is checked against
 botocore's signer for fixed requests and times, and by a moto server with
-authentication switched on, which verifies every signature.
+authentication switched on, which verifies every signature. That a bucket
+behind an HTTP proxy leaves the hot path is checked on its route alone.
 The only timing assertions are upper bounds: an operation ends within its
 ``timeout`` plus a little slack.
 """
@@ -14,6 +15,7 @@ The only timing assertions are upper bounds: an operation ends within its
 from __future__ import annotations
 
 import datetime
+import os
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
@@ -375,6 +377,28 @@ def test_redirect_moves_the_bucket_to_aiobotocore(proxy: FaultProxy) -> None:
     run(proxy, test)
     assert direct(proxy.requests("GET", "/data/obj")) == [True, False, False]
     assert direct(proxy.requests("GET", "/linked/obj")) == [True]
+
+
+def test_proxied_endpoint_goes_through_aiobotocore(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """The hot path speaks to endpoints directly, so a bucket whose endpoint the
+    environment sends through a proxy is read through aiobotocore, which uses it."""
+    for name in [name for name in os.environ if name.startswith("AWS_")
+                 or name.lower() in ("no_proxy", "http_proxy", "https_proxy")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+
+    async def main() -> None:
+        async with open_s3(S3Options(endpoint_url="http://127.0.0.1:9")) as conn:
+            assert await conn._resolve(BUCKET) is not None
+            monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+            assert await conn._resolve(BUCKET) is None
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+            assert await conn._resolve(BUCKET) is not None
+    trio.run(main)
 
 
 @pytest.mark.server
