@@ -309,18 +309,27 @@ def direct(seen: list[Seen]) -> list[bool]:
     ("HEAD", "https://bucket.s3.eu-west-2.amazonaws.com/k/0.0.1"),
 ])
 def test_sigv4_equals_botocore(token: str | None, method: str, url: str) -> None:
-    now = 1_700_000_000.5
+    """One signer, used as the hot path uses it: several requests in one second, the
+    next second and the next day (its cached key, scope and stamp renewed), each
+    signed as botocore signs it."""
     host, _, path = url.partition("://")[2].partition("/")
     signer = SigV4Signer("AKIDEXAMPLE", "secret", token, "eu-west-2")
-    ours = signer.sign(method, host, f"/{path}", now)
-    request = AWSRequest(method=method, url=url)
-    when = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(tzinfo=None)
-    with mock.patch("botocore.auth.get_current_datetime", return_value=when):
-        S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret", token), "s3",
-                    "eu-west-2").add_auth(request)
-    for name, value in ours.items():
-        assert request.headers[name] == value, name
-    assert signer.sign(method, host, f"/{path}", now + 86_400) != ours  # next day's key
+    start = 1_700_000_000.5
+    signatures = set()
+    for now, target in [(start, path), (start, f"{path}/other"), (start + 1, path),
+                        (start + 86_400, path), (start + 86_400.2, path)]:
+        ours = signer.sign(method, host, f"/{target}", now)
+        request = AWSRequest(method=method, url=f"{url.partition(host)[0]}{host}/{target}")
+        when = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(tzinfo=None)
+        with mock.patch("botocore.auth.get_current_datetime", return_value=when):
+            S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret", token), "s3",
+                        "eu-west-2").add_auth(request)
+        assert set(ours) == {"x-amz-content-sha256", "x-amz-date", "Authorization"} | (
+            {"x-amz-security-token"} if token else set())
+        for name, value in ours.items():
+            assert request.headers[name] == value, (now, target, name)
+        signatures.add(ours["Authorization"])
+    assert len(signatures) == 4  # the last two differ only in the fraction of a second
 
 
 @pytest.mark.server
