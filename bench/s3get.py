@@ -8,15 +8,18 @@ work is excluded) for:
 
 - (a) aiobotocore ``get_object`` plus reading the body, as the S3 store
   did before its hot path (the baseline);
-- (b) ``S3Store.get``: the store's hot path (lean SigV4, the shared httpx
-  client), retries, limiter and error mapping included;
+- (b) ``S3Store.get``: the store's hot path (lean SigV4, its own HTTP/1.1
+  connections, ``mountd.io.h1``), retries, limiter, meters and error mapping
+  included;
 - (c) a bare ``httpx.AsyncClient.get`` of the same URL, unsigned (moto does
-  not check signatures): the floor of the transport.
+  not check signatures): the transport the hot path used before
+  ``mountd.io.h1``, which (b) now costs less than.
 
 moto's server closes the connection after every answer, so by default each
 GET also pays for a TCP connect. ``--keepalive`` puts ``tests.faultproxy``
 (in a child process, so its CPU is not counted either) between the client
-and moto: it keeps client connections open, as S3 does.
+and moto: it keeps client connections open, as S3 does (the proxy itself opens
+a connection to moto per request).
 
 Each case reads every object once sequentially and once with ``--concurrency``
 trio tasks, after a warm-up that opens the connections; the cases take turns

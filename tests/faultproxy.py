@@ -5,7 +5,9 @@ stopped at once). Each request is read whole, matched against the registered fau
 and, unless a fault answers instead, forwarded unchanged to ``upstream``
 (Host and signed headers included, so SigV4 signatures made for the proxy's
 address stay as they were; moto does not check them). The upstream answer is
-read whole and sent back on a keep-alive connection.
+read whole and sent back on a keep-alive connection, with Nagle's algorithm
+off (as a real server has it), so the body of an answer is not held back
+until the client's delayed ACK of its head, 40 ms later.
 
 Faults match on the method (None: any) and a substring of the request target
 (path and query), apply to the next ``times`` matching requests (None: all),
@@ -155,6 +157,7 @@ class FaultProxy(LoopbackHttp):
 
 class _Handler(LoopbackHandler):
     timeout = 60
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         self._serve()

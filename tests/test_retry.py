@@ -101,5 +101,7 @@ def test_classification() -> None:
     assert transient_error(httpx.ConnectError("refused", request=request))
     assert transient_error(httpx.RemoteProtocolError("short body", request=request))
     assert transient_error(ConnectionResetError())
+    assert transient_error(TimeoutError("no progress for 10 s")) == (
+        "timed out (no progress for 10 s)")
     assert transient_error(ValueError("bug")) is None
     assert transient_error(httpx.UnsupportedProtocol("ftp", request=request)) is None

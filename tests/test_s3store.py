@@ -6,7 +6,8 @@ short response) and the proxy's record shows what the store actually sent:
 GETs and HEADs on the hot path carry no ``amz-sdk-invocation-id`` header,
 those sent by aiobotocore do. The hot path's SigV4 is checked against
 botocore's signer for fixed requests and times, and by a moto server with
-authentication switched on, which verifies every signature.
+authentication switched on, which verifies every signature. That a bucket
+behind an HTTP proxy leaves the hot path is checked on its route alone.
 The only timing assertions are upper bounds: an operation ends within its
 ``timeout`` plus a little slack.
 """
@@ -14,6 +15,7 @@ The only timing assertions are upper bounds: an operation ends within its
 from __future__ import annotations
 
 import datetime
+import os
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
@@ -307,18 +309,27 @@ def direct(seen: list[Seen]) -> list[bool]:
     ("HEAD", "https://bucket.s3.eu-west-2.amazonaws.com/k/0.0.1"),
 ])
 def test_sigv4_equals_botocore(token: str | None, method: str, url: str) -> None:
-    now = 1_700_000_000.5
+    """One signer, used as the hot path uses it: several requests in one second, the
+    next second and the next day (its cached key, scope and stamp renewed), each
+    signed as botocore signs it."""
     host, _, path = url.partition("://")[2].partition("/")
     signer = SigV4Signer("AKIDEXAMPLE", "secret", token, "eu-west-2")
-    ours = signer.sign(method, host, f"/{path}", now)
-    request = AWSRequest(method=method, url=url)
-    when = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(tzinfo=None)
-    with mock.patch("botocore.auth.get_current_datetime", return_value=when):
-        S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret", token), "s3",
-                    "eu-west-2").add_auth(request)
-    for name, value in ours.items():
-        assert request.headers[name] == value, name
-    assert signer.sign(method, host, f"/{path}", now + 86_400) != ours  # next day's key
+    start = 1_700_000_000.5
+    signatures = set()
+    for now, target in [(start, path), (start, f"{path}/other"), (start + 1, path),
+                        (start + 86_400, path), (start + 86_400.2, path)]:
+        ours = signer.sign(method, host, f"/{target}", now)
+        request = AWSRequest(method=method, url=f"{url.partition(host)[0]}{host}/{target}")
+        when = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(tzinfo=None)
+        with mock.patch("botocore.auth.get_current_datetime", return_value=when):
+            S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret", token), "s3",
+                        "eu-west-2").add_auth(request)
+        assert set(ours) == {"x-amz-content-sha256", "x-amz-date", "Authorization"} | (
+            {"x-amz-security-token"} if token else set())
+        for name, value in ours.items():
+            assert request.headers[name] == value, (now, target, name)
+        signatures.add(ours["Authorization"])
+    assert len(signatures) == 4  # the last two differ only in the fraction of a second
 
 
 @pytest.mark.server
@@ -375,6 +386,28 @@ def test_redirect_moves_the_bucket_to_aiobotocore(proxy: FaultProxy) -> None:
     run(proxy, test)
     assert direct(proxy.requests("GET", "/data/obj")) == [True, False, False]
     assert direct(proxy.requests("GET", "/linked/obj")) == [True]
+
+
+def test_proxied_endpoint_goes_through_aiobotocore(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """The hot path speaks to endpoints directly, so a bucket whose endpoint the
+    environment sends through a proxy is read through aiobotocore, which uses it."""
+    for name in [name for name in os.environ if name.startswith("AWS_")
+                 or name.lower() in ("no_proxy", "http_proxy", "https_proxy")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+
+    async def main() -> None:
+        async with open_s3(S3Options(endpoint_url="http://127.0.0.1:9")) as conn:
+            assert await conn._resolve(BUCKET) is not None
+            monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+            assert await conn._resolve(BUCKET) is None
+            monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+            assert await conn._resolve(BUCKET) is not None
+    trio.run(main)
 
 
 @pytest.mark.server

@@ -85,12 +85,13 @@ def transient_status(status: int) -> bool:
 
 
 def transient_error(exc: BaseException) -> str | None:
-    """Why ``exc``, raised by httpx or a socket, is worth retrying; None if it is not."""
+    """Why ``exc``, raised by httpx, ``mountd.io.h1`` or a socket, is worth retrying;
+    None if it is not."""
     if isinstance(exc, httpx.TimeoutException):
         return f"timed out ({type(exc).__name__})"
-    if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError):
-        return f"connection failed ({type(exc).__name__}: {exc})"
-    if isinstance(exc, ConnectionError | TimeoutError):
+    if isinstance(exc, TimeoutError):
+        return f"timed out ({exc})"
+    if isinstance(exc, httpx.NetworkError | httpx.RemoteProtocolError | ConnectionError):
         return f"connection failed ({type(exc).__name__}: {exc})"
     return None
 

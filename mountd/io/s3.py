@@ -1,8 +1,8 @@
 """A ``Store`` over S3 or any S3-compatible service: key ``k`` is ``s3://BUCKET/PREFIX/k``.
 
-Owns, per mount, one aiobotocore client and one ``httpx.AsyncClient``, opened
-by ``open_s3`` and closed when its context ends; both run on trio natively
-(aiobotocore through its httpx backend). ``S3Connection`` hands out an
+Owns, per mount, one aiobotocore client and one ``mountd.io.h1.H1Client``,
+opened by ``open_s3`` and closed when its context ends; both run on trio
+natively (aiobotocore through its httpx backend). ``S3Connection`` hands out an
 ``S3Store`` per (bucket, prefix) over them, so a link into another bucket on
 the same endpoint reuses the credentials and the connection pools
 (``S3Store.for_bucket``).
@@ -12,8 +12,11 @@ Two paths:
 - The hot path, GetObject and HeadObject (``fetch``, ``get``, ``head``,
   ``exists``), skips botocore's per-call machinery (parameter validation,
   event hooks, ``AWSRequest``, its signer, response parsing), which costs
-  several times what sending the request does. Each is one request on the
-  shared httpx client: to the URL aiobotocore's endpoint resolver gives for the
+  several times what sending the request does, and httpx's client and pool,
+  which cost several times what the exchange on the socket does. Each is one
+  request on the connection's ``H1Client`` (HTTP/1.1 keep-alive connections;
+  TLS trusting what httpx trusts: certifi's roots, or ``SSL_CERT_FILE`` /
+  ``SSL_CERT_DIR``) to the URL aiobotocore's endpoint resolver gives for the
   bucket (once per bucket: ``endpoint_url``, region, path or virtual-host
   style, as aiobotocore would send it), signed with ``mountd.io.sigv4`` using
   a frozen snapshot of aiobotocore's credentials (re-read every
@@ -26,6 +29,9 @@ Two paths:
   for (a signing scheme other than SigV4, extra headers) or that S3 redirects
   (a bucket in another region): that bucket's GETs and HEADs then go through
   aiobotocore, which follows the redirect, for the life of the connection.
+  So does a bucket whose endpoint the environment sends through a proxy
+  (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``, read as botocore reads them):
+  the hot path connects only directly.
 
 Credentials come from the usual AWS chain (environment, ``profile``, the
 config and credentials files, ...), unless ``anon`` sends unsigned requests.
@@ -41,8 +47,9 @@ The region is ``region``, else the chain's, else us-east-1. An explicit
 
 Failures: botocore's own retries are off (their sleeps are asyncio's); every
 call goes through ``mountd.io.retry.retrying`` instead, which bounds it to
-``timeout`` seconds in all. The httpx connect/read/write timeouts are the
-policy's ``stall`` time, so a silent server fails one attempt, not the read.
+``timeout`` seconds in all. The hot path's connect/read/write progress
+timeout, and aiobotocore's connect/read/write timeouts, are the policy's
+``stall`` time, so a silent server fails one attempt, not the read.
 Each attempt maps whatever it raises, on either path alike: 404 and NoSuchKey
 to ``NotFound``, 412 to ``Changed``, throttling, 5xx, connection errors,
 timeouts and short bodies to ``Transient`` (retried), and everything else
@@ -50,8 +57,8 @@ timeouts and short bodies to ``Transient`` (retried), and everything else
 to ``StorageError`` with a reason a user can act on. A GET whose range starts
 at or past the end (416) reads ``b""`` and asks HEAD for the object's info.
 A HEAD answer has no body, so HEAD on a missing bucket is ``NotFound``; GET
-and listings say the bucket does not exist. No botocore or httpx exception
-leaves this module.
+and listings say the bucket does not exist. No botocore, httpx or
+``mountd.io.h1`` exception leaves this module.
 
 Listings use ListObjectsV2 one page (``page_size`` keys) at a time: the next
 page is requested only when the caller has consumed the previous one, so a
@@ -70,9 +77,10 @@ in one section without an ``await``, so a request is signed with the old
 credentials or the new, never a mix; a periodic re-read of the old source
 that ends after it is discarded. On the hot path one
 ``trio.CapacityLimiter(max_connections)`` per connection bounds the requests
-in flight and the httpx pool is as big, so a request never waits for a
-connection; time spent waiting for the limiter is not part of an
-operation's budget. Listings use aiobotocore's own pool of the same size.
+in flight, hence the hot path's open connections (it keeps as many idle), so
+a request never waits for a connection; time spent waiting for the limiter
+is not part of an operation's budget. Listings use aiobotocore's own pool of
+the same size.
 """
 
 from __future__ import annotations
@@ -106,12 +114,15 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.httpsession import mask_proxy_url
+from botocore.utils import get_environ_proxies
 
 from layouts.errors import LayoutError
 from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, fetch_each
 from mountd import logsafe
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
-from mountd.io.http import USER_AGENT, http_mtime, read_bigger, tls_failure
+from mountd.io.h1 import Answer, Endpoint, H1Client
+from mountd.io.http import READ_SIZE, USER_AGENT, http_mtime, read_bigger, tls_failure
 from mountd.io.meter import STORES
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
 from mountd.io.sigv4 import SigV4Signer
@@ -148,6 +159,8 @@ _REDIRECT_CODES = frozenset({"PermanentRedirect", "TemporaryRedirect",
 CREDENTIALS_TTL = 60.0
 _ERROR_CODE = re.compile(r"<Code>([^<]*)</Code>")
 _ERROR_MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
+#: Headers of every hot-path request besides Host and the signature.
+_HOT_HEADERS = (("User-Agent", USER_AGENT), ("Accept-Encoding", "identity"))
 _NO_CREDENTIALS = ("use the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY variables, --profile or "
                    "~/.aws/credentials, or --anon for a public bucket")
 
@@ -213,15 +226,14 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
         except BotoCoreError as exc:
             raise SourceError(f"cannot set up the S3 client: {exc}") from exc
         read_bigger()
-        http = await stack.enter_async_context(httpx.AsyncClient(
-            http1=True, http2=False, follow_redirects=False,
-            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
-            timeout=httpx.Timeout(policy.stall, pool=policy.timeout),
-            limits=httpx.Limits(max_connections=options.max_connections,
-                                max_keepalive_connections=options.max_connections)))
+        tls = httpx.create_ssl_context()
+        tls.set_alpn_protocols(["http/1.1"])
+        hot = H1Client(stall=policy.stall, max_idle=options.max_connections,
+                       ssl_context=tls, read_size=READ_SIZE)
+        stack.callback(hot.close)
         log.debug("S3 client for %s in %s (%s)", options.endpoint_url or "AWS", region,
                   "unsigned" if options.anon else f"profile {options.profile or 'default'}")
-        yield S3Connection(client, options, policy, http, credentials)
+        yield S3Connection(client, options, policy, hot, credentials)
 
 
 async def _read_credentials(session: AioSession) -> tuple[Any, ReadOnlyCredentials] | None:
@@ -295,10 +307,10 @@ class _Credentials:
 
 @dataclass(frozen=True, slots=True)
 class _Route:
-    """Where a bucket's object ``k`` is: ``{origin}{path}/{quote(k)}``, with ``host`` as
-    the Host header, signed for ``region`` (None: unsigned)."""
+    """Where a bucket's object ``k`` is: ``{path}/{quote(k)}`` at ``endpoint``, with
+    ``host`` as the Host header, signed for ``region`` (None: unsigned)."""
 
-    origin: str
+    endpoint: Endpoint
     host: str
     path: str
     region: str | None
@@ -320,11 +332,11 @@ class S3Connection:
     """One open client; makes stores for any bucket reachable with it."""
 
     def __init__(self, client: Any, options: S3Options, policy: RetryPolicy,
-                 http: httpx.AsyncClient, credentials: _Credentials | None) -> None:
+                 hot: H1Client, credentials: _Credentials | None) -> None:
         self.client = client
         self.options = options
         self.policy = policy
-        self.http = http
+        self.hot = hot
         self.limiter = trio.CapacityLimiter(options.max_connections)
         self._credentials = credentials
         self._routes: dict[str, _Route | None] = {}
@@ -400,23 +412,28 @@ class S3Connection:
             log.info("s3://%s: endpoint %s (auth %s) needs botocore; reading it through "
                      "aiobotocore", bucket, url, context.get("auth_type"))
             return None
-        netloc = parts.netloc.lower()
-        host = netloc.removesuffix(":443" if parts.scheme == "https" else ":80")
+        proxy = get_environ_proxies(url).get(parts.scheme)
+        if proxy:
+            log.info("s3://%s: reading it through aiobotocore, which goes through the "
+                     "proxy %s", bucket, mask_proxy_url(proxy))
+            return None
+        tls = parts.scheme == "https"
+        endpoint = Endpoint(tls, parts.hostname or "", parts.port or (443 if tls else 80))
+        host = parts.netloc.lower().removesuffix(":443" if tls else ":80")
         log.debug("s3://%s at %s, %s", bucket, url, f"signed for {region}" if region
                   else "unsigned")
-        return _Route(f"{parts.scheme}://{netloc}", host, parts.path.rstrip("/"), region)
+        return _Route(endpoint, host, parts.path.rstrip("/"), region)
 
     async def send(self, route: _Route, method: str, key: str,
-                   headers: Mapping[str, str]) -> httpx.Response:
-        """One signed request for the object ``key`` (full key), its body not yet read."""
+                   headers: Mapping[str, str]) -> Answer:
+        """One signed request for the object ``key`` (full key), its answer read whole."""
         path = f"{route.path}/{quote(key, safe='/~')}"
-        request_headers = {"Host": route.host}
+        request_headers = [("Host", route.host), *_HOT_HEADERS]
         if route.region is not None and self._credentials is not None:
             signer = await self._credentials.signer(route.region)
-            request_headers.update(signer.sign(method, route.host, path))
-        request_headers.update(headers)
-        request = self.http.build_request(method, route.origin + path, headers=request_headers)
-        return await self.http.send(request, stream=True)
+            request_headers += signer.sign(method, route.host, path).items()
+        request_headers += headers.items()
+        return await self.hot.request(route.endpoint, method, path, request_headers)
 
 
 class S3Store:
@@ -470,20 +487,16 @@ class S3Store:
     async def _get_direct(self, route: _Route, key: str, headers: dict[str, str],
                           byte_range: ByteRange | None) -> Fetched | None:
         """One GET on the hot path; None for a 416."""
-        response = await self._conn.send(route, "GET", self.prefix + key, headers)
-        try:
-            status = response.status_code
-            if status in (200, 206):
-                data = await _body(response)
-                found = response.headers
-                return _fetched(key, found.get("content-range"), data, byte_range,
-                                etag=found.get("etag", ""),
-                                mtime=http_mtime(found.get("last-modified")))
-            if status == 416:
-                return None
-            raise self._http_error(key, response, await _body(response))
-        finally:
-            await response.aclose()
+        answer = await self._conn.send(route, "GET", self.prefix + key, headers)
+        status = answer.status
+        if status in (200, 206):
+            found = answer.headers
+            return _fetched(key, found.get("content-range"), answer.body, byte_range,
+                            etag=found.get("etag", ""),
+                            mtime=http_mtime(found.get("last-modified")))
+        if status == 416:
+            return None
+        raise self._http_error(key, answer)
 
     async def _get_boto(self, key: str, headers: dict[str, str],
                         byte_range: ByteRange | None) -> Fetched | None:
@@ -526,19 +539,15 @@ class S3Store:
 
     async def _head_direct(self, route: _Route, key: str) -> ObjectInfo:
         """One HEAD on the hot path."""
-        response = await self._conn.send(route, "HEAD", self.prefix + key, {})
-        try:
-            if response.status_code != 200:
-                raise self._http_error(key, response, b"")
-            found = response.headers
-            size = found.get("content-length", "")
-            if not size.isdigit():
-                raise StorageError(key, f"HEAD answer without a usable Content-Length "
-                                        f"({size!r})")
-            return ObjectInfo(int(size), found.get("etag", ""),
-                              http_mtime(found.get("last-modified")))
-        finally:
-            await response.aclose()
+        answer = await self._conn.send(route, "HEAD", self.prefix + key, {})
+        if answer.status != 200:
+            raise self._http_error(key, answer)
+        found = answer.headers
+        size = found.get("content-length", "")
+        if not size.isdigit():
+            raise StorageError(key, f"HEAD answer without a usable Content-Length ({size!r})")
+        return ObjectInfo(int(size), found.get("etag", ""),
+                          http_mtime(found.get("last-modified")))
 
     async def exists(self, key: str) -> bool:
         try:
@@ -652,21 +661,21 @@ class S3Store:
         async with self._limiter:
             return await retrying(key, self._policy, attempt, STORES["s3"])
 
-    def _http_error(self, key: str, response: httpx.Response, body: bytes) -> Exception:
-        """What a hot-path answer other than 2xx and 416 means; ``body`` is its body
-        (an S3 XML error, or nothing for HEAD)."""
-        status = response.status_code
-        text = body.decode("utf-8", "replace")
+    def _http_error(self, key: str, answer: Answer) -> Exception:
+        """What a hot-path answer other than 2xx and 416 means; its body is an S3 XML
+        error, or nothing for HEAD."""
+        status = answer.status
+        text = answer.body.decode("utf-8", "replace")
         code = _ERROR_CODE.search(text)
         message = _ERROR_MESSAGE.search(text)
         if (status in (301, 307) or (code is not None and code[1] in _REDIRECT_CODES)
-                or (status == 400 and "x-amz-bucket-region" in response.headers)):
-            region = response.headers.get("x-amz-bucket-region", "not given")
+                or (status == 400 and "x-amz-bucket-region" in answer.headers)):
+            region = answer.headers.get("x-amz-bucket-region", "not given")
             return _Redirected(f"HTTP {status} {code[1] if code else ''} (bucket region "
                                f"{region})")
         # botocore's codes for bodiless answers: the status, and its reason phrase
         return self._error(key, status, code[1] if code else str(status),
-                           message[1] if message else response.reason_phrase)
+                           message[1] if message else answer.reason)
 
     def _error(self, key: str, status: int, code: str, message: str | None) -> Exception:
         """What an S3 error answer (``status``, error ``code``, ``message``) means."""
@@ -683,11 +692,6 @@ class S3Store:
             return StorageError(key, f"access denied to s3://{self.bucket} ({said}); check "
                                      f"the credentials: {_NO_CREDENTIALS}")
         return StorageError(key, said)
-
-
-async def _body(response: httpx.Response) -> bytes:
-    """The whole body as sent (no Content-Encoding decoding)."""
-    return b"".join([chunk async for chunk in response.aiter_raw()])
 
 
 def _fetched(key: str, content_range: str | None, data: bytes, byte_range: ByteRange | None,

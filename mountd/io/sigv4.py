@@ -10,13 +10,16 @@ request headers (``tests/test_s3store.py`` checks it byte for byte).
 
 Why not botocore's signer: it builds an ``AWSRequest``, re-parses the URL,
 canonicalises every header and formats dates through ``datetime`` on every
-call, which costs about as much CPU as sending the request. Here the signing
-key is derived once per UTC day and the timestamp once per second, so a
-signature is two SHA-256 passes over short strings.
+call, which costs about as much CPU as sending the request. Here what
+depends only on the UTC day (the signing key, an HMAC keyed with it, the
+credential scope and the Authorization header up to the signature) is made
+once per day, the timestamp once per second and the canonical request's
+constant tail once per signer, so a signature is one SHA-256 and one copied
+HMAC over short strings.
 
-Concurrency: a ``SigV4Signer`` holds one set of frozen credentials and two
-caches that are replaced whole without an ``await`` in between, so any
-number of trio tasks may sign with it at once.
+Concurrency: a ``SigV4Signer`` holds one set of frozen credentials and its
+caches; ``sign`` never awaits, so the caches change only between signatures
+and any number of trio tasks may sign with it at once.
 """
 
 from __future__ import annotations
@@ -40,11 +43,16 @@ class SigV4Signer:
         self._token = token
         self.region = region
         self.service = service
-        self._signed = ("host;x-amz-content-sha256;x-amz-date"
-                        + (";x-amz-security-token" if token else ""))
+        signed = "host;x-amz-content-sha256;x-amz-date" + (";x-amz-security-token"
+                                                           if token else "")
+        #: The canonical request after the date header: the same for every request.
+        self._tail = ((f"x-amz-security-token:{token}\n" if token else "")
+                      + f"\n{signed}\n{EMPTY_SHA256}")
+        self._signed = signed
         self._day = ""
         self._scope = ""
-        self._key = b""
+        self._mac = hmac.new(b"", digestmod=hashlib.sha256)
+        self._credential = ""
         self._second = -1
         self._stamp = ""
 
@@ -57,32 +65,30 @@ class SigV4Signer:
             self._stamp, self._second = time.strftime("%Y%m%dT%H%M%SZ",
                                                       time.gmtime(second)), second
         stamp = self._stamp
-        day = stamp[:8]
-        if day != self._day:
-            self._key = self._derive(day)
-            self._scope = f"{day}/{self.region}/{self.service}/aws4_request"
-            self._day = day
-        token = self._token
+        if stamp[:8] != self._day:
+            self._new_day(stamp[:8])
         canonical = (f"{method}\n{path}\n\nhost:{host}\nx-amz-content-sha256:{EMPTY_SHA256}\n"
-                     f"x-amz-date:{stamp}\n"
-                     + (f"x-amz-security-token:{token}\n" if token else "")
-                     + f"\n{self._signed}\n{EMPTY_SHA256}")
-        to_sign = (f"{ALGORITHM}\n{stamp}\n{self._scope}\n"
-                   f"{hashlib.sha256(canonical.encode()).hexdigest()}")
-        signature = hmac.new(self._key, to_sign.encode(), hashlib.sha256).hexdigest()
+                     f"x-amz-date:{stamp}\n{self._tail}")
+        mac = self._mac.copy()
+        mac.update(f"{ALGORITHM}\n{stamp}\n{self._scope}\n"
+                   f"{hashlib.sha256(canonical.encode()).hexdigest()}".encode())
         headers = {
             "x-amz-content-sha256": EMPTY_SHA256,
             "x-amz-date": stamp,
-            "Authorization": (f"{ALGORITHM} Credential={self.access_key}/{self._scope}, "
-                              f"SignedHeaders={self._signed}, Signature={signature}"),
+            "Authorization": self._credential + mac.hexdigest(),
         }
-        if token:
-            headers["x-amz-security-token"] = token
+        if self._token:
+            headers["x-amz-security-token"] = self._token
         return headers
 
-    def _derive(self, day: str) -> bytes:
-        """The signing key of ``day`` (``YYYYMMDD``)."""
+    def _new_day(self, day: str) -> None:
+        """Derive the signing key of ``day`` (``YYYYMMDD``) and what follows from it."""
         key = ("AWS4" + self._secret).encode()
         for part in (day, self.region, self.service, "aws4_request"):
             key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        return key
+        scope = f"{day}/{self.region}/{self.service}/aws4_request"
+        self._mac = hmac.new(key, digestmod=hashlib.sha256)
+        self._scope = scope
+        self._credential = (f"{ALGORITHM} Credential={self.access_key}/{scope}, "
+                            f"SignedHeaders={self._signed}, Signature=")
+        self._day = day
