@@ -21,8 +21,12 @@ from typing import Any
 
 #: Most entries kept, whatever their size (a few per object: sidecar, .zattrs, xattrs...).
 MAX_ENTRIES = 500_000
-#: Most bytes kept: the callers' estimates plus ``ENTRY_OVERHEAD`` each.
-MAX_BYTES = 128 << 20
+#: Most bytes kept: the callers' estimates plus ``ENTRY_OVERHEAD`` each. A
+#: walk keeps about 2 KB for each dataset it shows (the sizes of its sidecar,
+#: ``.zarray``, ``.zattrs`` and ``.npy``, its chunk list and its rows in its
+#: group's listing): 256 MiB holds a walk of 100,000 datasets, where 128 MiB
+#: made the last ones push out the first and a second walk render all again.
+MAX_BYTES = 256 << 20
 #: What one entry costs besides its value (key, entry, LRU links).
 ENTRY_OVERHEAD = 200
 

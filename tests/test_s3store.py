@@ -245,8 +245,9 @@ def test_iter_dir_is_lazy(proxy: FaultProxy) -> None:
         names = [name async for name in store.iter_dir("lazy/")]
         assert names == [f"lazy/k{i:02d}" for i in range(LAZY)]
         assert proxy.count("GET", "list-type=2") == 1 + pages
-        keys = [name async for name in store.iter_keys("")]
-        assert len(keys) == LAZY + 1
+        keys = await store.list_tree("", lambda key: False, LAZY + 1)
+        assert keys is not None and len(keys) == LAZY + 1
+        assert all(info is not None and info.size >= 0 for _, info in keys)
         assert proxy.count("GET", "list-type=2") == 1 + pages + pages
     run(proxy, test, page_size=10)
 

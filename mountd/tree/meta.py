@@ -6,11 +6,12 @@ renderers of each: the sidecar (``mountd.sidecar``, with the keys the
 registered views add, ``mountd.tree.viewctx.sidecar_keys``) and the Zarr
 files (``mountd.zarrmeta``).
 
-A rendering is memoised with the object (and the domain, whose metadata a
-root sidecar shows), and with every other object it was derived from (what
-views read through their context), for as long as the catalog hands out
-those same instances: ``stat`` renders the content to learn its exact size,
-and ``open`` and later ``stat`` calls reuse it.
+A rendering's size is memoised with the object (and the domain, whose
+metadata a root sidecar shows), and with every other object it was derived
+from (what views read through their context), for as long as the catalog
+hands out those same instances: ``stat`` renders the content to learn its
+exact size, later ``stat`` calls reuse it, and ``open`` renders it again
+(from the same objects, so to the same bytes).
 
 Concurrency: nodes are immutable; two tasks that render at once both
 render, and the second one's is kept (the memo's rule for pure derivations).
@@ -41,14 +42,17 @@ Rendered = tuple[bytes, Sequence[tuple[str, AnyObject]]]
 MetaRender = Callable[["Tree", ObjPath, AnyObject], Awaitable[Rendered]]
 #: Rough bytes one object a rendering depends on costs in the memo.
 _SEEN_BYTES = 64
+#: Rough bytes a kept size costs in the memo beyond the memo's own overhead.
+_SIZE_BYTES = 48
 
 
 class MetaFile(InDomain, FileNode):
     """A small file rendered from one object's metadata (``P.json``, ``.zattrs``...).
 
-    Its size is exact: ``stat`` renders the content from the cached object,
-    and the rendering is memoised for ``open`` and later ``stat`` calls while
-    the catalog returns the same objects.
+    Its size is exact: ``stat`` renders the content from the cached object and
+    keeps its size, while the catalog returns the same objects; ``open``
+    renders it again (tens of microseconds), so the memo holds a number per
+    file, not its bytes, and a walk of 100,000 objects fits in it.
     """
 
     def __init__(self, tree: Tree, op: ObjPath, name: str, render: MetaRender) -> None:
@@ -65,19 +69,24 @@ class MetaFile(InDomain, FileNode):
         return await self._content(await self.tree.obj(self.op))
 
     async def _content(self, obj: AnyObject) -> bytes:
+        """The rendering, its size kept with what it was derived from."""
+        data, seen = await self._render(self.tree, self.op, obj)
+        self.tree.memo.put(self.key, (len(data), seen), _SIZE_BYTES + _SEEN_BYTES * len(seen),
+                           obj, self.op.domain)
+        return data
+
+    async def _size(self, obj: AnyObject) -> int:
         domain = self.op.domain
-        kept: Rendered | None = self.tree.memo.get(self.key, obj, domain)
+        kept: tuple[int, Sequence[tuple[str, AnyObject]]] | None = \
+            self.tree.memo.get(self.key, obj, domain)
         if kept is not None and (not kept[1] or self.tree.all_fresh(domain, kept[1])):
             return kept[0]
-        data, seen = await self._render(self.tree, self.op, obj)
-        self.tree.memo.put(self.key, (data, seen), len(data) + _SEEN_BYTES * len(seen),
-                           obj, domain)
-        return data
+        return len(await self._content(obj))
 
     async def stat(self) -> Stat:
         obj = await self.tree.obj(self.op)
         mtime, ctime = self.tree.times(self.op, obj)
-        return Stat(NodeType.FILE, size=len(await self._content(obj)), mtime=mtime, ctime=ctime)
+        return Stat(NodeType.FILE, size=await self._size(obj), mtime=mtime, ctime=ctime)
 
     async def open(self) -> FileHandle:
         handle = BytesHandle(self.content)
