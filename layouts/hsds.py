@@ -355,6 +355,20 @@ class HsdsCatalog:
             out[pos] = (obj, age if in_state else 0.0)
         return out
 
+    def proven(self, obj_id: str) -> tuple[AnyObject, float] | None:
+        """The object this catalog built from its domain's listing, if the current
+        listing of that domain (the id's ``uuid1``) shows its JSON unchanged
+        since, with the listing's age (no I/O)."""
+        uuid1 = obj_id[2:19] if len(obj_id) > 19 else None
+        state = None if self._index is None or uuid1 is None else self._index.fresh(uuid1)
+        if state is None or self._index is None:
+            return None
+        kept = state.built.get(obj_id)
+        found = state.listing.objects.get(obj_id)
+        if kept is None or found is None or kept[0] != found.etag:
+            return None
+        return kept[1], self._index.age(state)
+
     async def _from_state(self, state: DomainState, hid: hsds_ids.HsdsId
                           ) -> AnyObject | LayoutError | None:
         """The object as ``state`` knows it: missing, built before, or built from

@@ -329,10 +329,18 @@ class AgedCatalog(Catalog, Protocol):
     """A catalog that says, for each object it loads, how old the proof is that
     it is current: an answer built from a listing made a while ago is as old
     as that listing (``layouts.hsds_domains``), and a cache in front of it
-    keeps it no longer than ``metadata_ttl`` from then."""
+    keeps it no longer than ``metadata_ttl`` from then; and once that has
+    passed, a newer listing that proves the very same object current keeps
+    it for another period (``proven``), so what did not change is not built,
+    rendered or listed again."""
 
     async def load_objects(self, domain: Domain, obj_ids: Sequence[str]
                            ) -> list[tuple[AnyObject | LayoutError, float]]:
         """Each object or the error loading it raised, with the age of its proof
         in seconds, in order."""
+        ...
+
+    def proven(self, obj_id: str) -> tuple[AnyObject, float] | None:
+        """The object of id ``obj_id`` as a current proof shows it, and that
+        proof's age, with no I/O; None when no such proof is at hand."""
         ...

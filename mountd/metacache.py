@@ -8,7 +8,11 @@ storage proved it, so a corrupt object is read (and logged) once per TTL,
 not once per kernel request: from its fetch, or, for an inner catalog that
 says how old each object's proof is (an ``AgedCatalog``: an HSDS catalog
 building a domain's objects from one listing), from that proof, so nothing
-is served longer than ``ttl`` after storage last showed it current.
+is served longer than ``ttl`` after storage last showed it current. An
+expired object that such a catalog proves current again with no I/O (the
+very same instance, shown unchanged by a newer listing: ``proven``) is kept
+for another period instead of being fetched, so everything derived from it
+(renderings, listings) stays valid.
 ``drop`` (the daemon's SIGHUP) ends every answer's freshness at once: each
 entry belongs to the ``generation`` it was fetched in, and only entries of
 the current one are fresh; it also calls the inner catalog's ``drop``, if it
@@ -65,10 +69,12 @@ class CachedCatalog:
         self._entries: dict[Hashable, _Entry] = {}
         #: Bumped by ``drop``; entries of older generations are stale.
         self.generation = 0
-        #: Answers given from the cache, fetched, and dropped for room.
+        #: Answers given from the cache, fetched, and dropped for room; and
+        #: expired objects kept on for a newer listing's proof (``_rearmed``).
         self.hits = 0
         self.misses = 0
         self.evictions = 0
+        self.rearmed = 0
 
     def __len__(self) -> int:
         """Answers held, fresh or not."""
@@ -92,9 +98,27 @@ class CachedCatalog:
 
     def _fresh(self, key: Hashable, now: float) -> _Entry | None:
         entry = self._entries.get(key)
-        if entry is None or entry.pending is not None or not self._usable(entry, now):
+        if entry is None or entry.pending is not None:
+            return None
+        if not self._usable(entry, now) and not self._rearmed(key, entry, now):
             return None
         return entry
+
+    def _rearmed(self, key: Hashable, entry: _Entry, now: float) -> bool:
+        """Whether an expired object entry was proven current again by the inner
+        catalog (``AgedCatalog.proven``: the very same instance, shown unchanged
+        by a newer listing), with no I/O; if so it is kept until ``ttl`` after
+        that proof."""
+        if not self._aged or entry.error is not None or entry.generation != self.generation \
+                or not isinstance(key, tuple) or key[0] != "obj":
+            return False
+        aged: AgedCatalog = self.inner  # type: ignore[assignment]
+        proof = aged.proven(key[2])
+        if proof is None or proof[0] is not entry.value:
+            return False
+        entry.expires = now - proof[1] + self.ttl
+        self.rearmed += 1
+        return entry.expires > now
 
     def _begin(self, key: Hashable, now: float) -> _Entry:
         """A pending entry for ``key``, newest in the eviction order, kept ``ttl``
@@ -165,7 +189,8 @@ class CachedCatalog:
         for pos, obj_id in enumerate(obj_ids):
             key = ("obj", domain.path, obj_id)
             entry = self._entries.get(key)
-            if entry is not None and entry.pending is None and self._usable(entry, now):
+            if entry is not None and entry.pending is None and (
+                    self._usable(entry, now) or self._rearmed(key, entry, now)):
                 self.hits += 1
                 out[pos] = entry.error if entry.error is not None else entry.value
             elif (entry is not None and entry.pending is not None) or obj_id in fetch:
@@ -205,7 +230,8 @@ class CachedCatalog:
         while entry is not None and entry.pending is not None:
             await entry.pending.wait()
             entry = self._entries.get(key)
-        if entry is not None and self._usable(entry, self._clock()):
+        now = self._clock()
+        if entry is not None and (self._usable(entry, now) or self._rearmed(key, entry, now)):
             self.hits += 1
             return entry.error if entry.error is not None else entry.value
         try:

@@ -88,7 +88,8 @@ class Reporter:
         catalog, memo, chunks = self.catalog, self.tree.memo, self.tree.chunk_cache
         caches = {
             "metadata": {"hits": catalog.hits, "misses": catalog.misses,
-                         "evictions": catalog.evictions, "entries": len(catalog),
+                         "evictions": catalog.evictions, "rearmed": catalog.rearmed,
+                         "entries": len(catalog),
                          "max_entries": catalog.max_entries},
             "memo": {"hits": memo.hits, "misses": memo.misses, "evictions": memo.evictions,
                      "bytes": memo.used, "budget_bytes": memo.max_bytes},

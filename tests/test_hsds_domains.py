@@ -303,7 +303,8 @@ def test_answers_from_a_listing_expire_with_it(aged_bucket: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """An object built from a listing made at t=0 and handed out at t=50 is kept
     until t=60, not t=110; the next listing hands out the same instances of
-    what did not change, without fetching the summary again."""
+    what did not change, without fetching the summary again, and proves the
+    expired entries of those instances current for another period."""
     monkeypatch.setattr(hsds_domains, "LIST_AFTER", 1)
 
     async def main() -> None:
@@ -323,8 +324,12 @@ def test_answers_from_a_listing_expire_with_it(aged_bucket: Path,
         assert index.listings == 1
         clock.now += 11
         assert cached.peek_object(domain, child) is None  # 61 s after the listing
-        again = await cached.get_object(domain, child)
-        assert again is first and index.listings == 2 and index.summaries == 1
+        again = await cached.get_object(domain, root.id)
+        assert again is root and index.listings == 2 and index.summaries == 1
+        # the new listing proves the child unchanged: kept on, with no fetch
+        assert cached.peek_object(domain, child) is first and cached.rearmed == 1
+        clock.now += 60
+        assert cached.peek_object(domain, child) is None  # not past that listing's TTL
         assert _object_reads(store) == 0
     trio.run(main)
 
