@@ -86,8 +86,8 @@ NO_SCAN = s3data.NO_SCAN
 #: HSDS's ``max_scan_duration``: a rescan request answers 503 after this, the scan going on.
 MAX_SCAN_DURATION = 180.0
 #: Longest wait for one scan: a minute plus this much per object (HSDS on moto
-#: scans about 16 objects a second; on local disk far more).
-SCAN_SECONDS_PER_OBJECT = 0.2
+#: scans 5-16 objects a second, depending on the load; on local disk hundreds).
+SCAN_SECONDS_PER_OBJECT = 0.5
 
 #: The writes of :func:`apply_changes`.
 ATTR_TARGET = scaledata.link_name(3)
