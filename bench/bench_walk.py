@@ -827,8 +827,9 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
         loads = []
         for name in args.groups:
             runner, keys = GROUPS[name]
-            loads.append(f"{name} {bench_npy.loadavg():.1f}")
-            log.info("group %s: start, load average %s", name, loads[-1])
+            load = bench_npy.loadavg()
+            loads.append(f"{name} {load:.1f}")
+            log.info("group %s: start, load average %.1f", name, load)
             bench_npy.guard(run.cases, run.notes, keys, lambda runner=runner: runner(run),
                             (BenchError, OSError, ValueError, walkdata.WalkDataError))
         run.notes.append("1-minute load average at the start of each group (2 CPUs): "

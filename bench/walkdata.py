@@ -322,7 +322,7 @@ def check_scan(bucket: Bucket, domain: str) -> ScanFacts:
         raise WalkDataError(f"{domain}: the summary holds {len(summary)} objects, the domain "
                             f"{len(expected)} ({len(expected - set(summary))} missing)")
     others = {key: t for key, t in times.items() if key not in (info_key, summary_key)}
-    newest = max(others.values())
+    newest = max(others.values(), default=0.0)
     if not newest + bucket.resolution < info["scan_start"]:
         raise WalkDataError(f"{domain}: a key was modified at {newest:.3f}, not before the "
                             f"scan started ({info['scan_start']:.3f}): the summary is stale")
