@@ -275,8 +275,8 @@ def timed_command(argv: Sequence[str], timeout: float, *, capture: bool = False
     return seconds, proc.stdout or b""
 
 
-def daemon_requests(pid: int, stats_file: Path) -> dict[str, int] | None:
-    """FUSE requests answered so far by the h5mount daemon ``pid``, per operation:
+def daemon_figures(pid: int, stats_file: Path) -> dict[str, Any] | None:
+    """The stats document of the h5mount daemon ``pid`` as of now (``mountd.stats``):
     SIGUSR1 makes it write its figures to ``stats_file`` (``-o stats_file``).
     None if it wrote nothing within 10 s."""
     before = stats_file.stat().st_mtime_ns if stats_file.exists() else 0
@@ -285,10 +285,17 @@ def daemon_requests(pid: int, stats_file: Path) -> dict[str, int] | None:
     while time.monotonic() < deadline:
         if stats_file.exists() and stats_file.stat().st_mtime_ns != before:
             with contextlib.suppress(ValueError):
-                counts: dict[str, int] = json.loads(stats_file.read_text())["requests"]
-                return counts
+                figures: dict[str, Any] = json.loads(stats_file.read_text())
+                return figures
         time.sleep(0.01)
     return None
+
+
+def daemon_requests(pid: int, stats_file: Path) -> dict[str, int] | None:
+    """FUSE requests answered so far by the h5mount daemon ``pid``, per operation
+    (:func:`daemon_figures`); None if it wrote nothing within 10 s."""
+    figures = daemon_figures(pid, stats_file)
+    return None if figures is None else dict(figures["requests"])
 
 
 def _note_once(case: Case, note: str) -> None:

@@ -71,7 +71,7 @@ MIB = float(1 << 20)
 QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer", "aiobotocore", "h5pyd")
 
 
-def _not_root(record: logging.LogRecord) -> bool:
+def not_root(record: logging.LogRecord) -> bool:
     """Drop records of the root logger: h5pyd's metadata layer logs every lookup there."""
     return record.name != "root"
 
@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_not_root)
+        handler.addFilter(not_root)
     os.chdir(REPO)
     signal.signal(signal.SIGTERM, bench_npy.raise_on_sigterm)
     return run(args)

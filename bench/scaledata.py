@@ -78,7 +78,10 @@ class ScaleData:
 
 
 class BucketWriter:
-    """Writes HSDS schema v2 keys under one bucket directory."""
+    """Writes HSDS schema v2 keys under one bucket directory.
+
+    ``put`` and ``exists`` are the only methods that touch storage, so a
+    subclass may keep the keys elsewhere (``bench.walkdata.MemoryWriter``)."""
 
     def __init__(self, bucket_dir: Path) -> None:
         self.bucket_dir = bucket_dir
@@ -91,9 +94,12 @@ class BucketWriter:
     def put_json(self, key: str, doc: dict[str, Any]) -> None:
         self.put(key, json.dumps(doc, separators=(",", ":")).encode())
 
+    def exists(self, key: str) -> bool:
+        return (self.bucket_dir / key).exists()
+
     def folder(self, path: str) -> None:
         key = f"{path.strip('/')}/.domain.json"
-        if not (self.bucket_dir / key).exists():
+        if not self.exists(key):
             self.put_json(key, {"owner": "admin", "acls": _ACLS, "created": STAMP,
                                 "lastModified": STAMP})
 
