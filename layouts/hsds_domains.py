@@ -33,20 +33,23 @@ a domain, its record is looked up: one made less than ``ttl`` ago is the
 state (its validators vouched for to the block cache, so the objects, the
 summary and its ``.info.json`` are read from the disk cache with no request
 at all); an older one says the domain was walked before, so it is listed
-at once, in one listing, and the disk cache serves what did not change. A domain of
-more than ``MAX_KEYS`` keys (chunks included), or whose listing fails, has
-no state for ``ttl``: its objects are read and its datasets listed one by
-one, as without an index. A summary that cannot be used is logged once, at
-WARNING, with the reason, and the domain's objects are read one by one.
-At most ``MAX_DOMAINS`` states holding ``MAX_KEPT_KEYS`` keys together are
-kept; past either, the one used longest ago goes. ``drop`` (SIGHUP) forgets
-every state.
+at once, in one listing, and the disk cache serves what did not change.
+
+A domain of more than ``MAX_KEYS`` keys (chunks included), or whose listing
+fails, has no state for ``ttl``: its objects are read and its datasets
+listed one by one, as without an index. A summary that cannot be used is
+logged once, at WARNING, with the reason, and the domain's objects are read
+one by one. At most ``MAX_DOMAINS`` states holding ``MAX_KEPT_KEYS`` keys
+together are kept; past either, the one used longest ago goes. ``drop``
+(SIGHUP) forgets every state.
 
 Concurrency: one listing per domain at a time, under a ``trio.Event``; the
 dictionaries change only in sections without an ``await``, and a state is
-replaced whole. The summary is parsed in a worker thread, so a big one does
-not stall the trio loop. A listing under way at a ``drop`` still answers
-the tasks waiting on it, but is not kept.
+replaced whole. The summary is parsed and checked in a worker thread: the
+checks let the trio loop run between them, though the parse itself holds
+the interpreter (orjson: about a second for the 50 MB of a 100,000-object
+domain). A listing under way at a ``drop`` still answers the tasks waiting
+on it, but is not kept.
 """
 
 from __future__ import annotations
@@ -92,6 +95,17 @@ LIST_AFTER = 32
 MAX_SUMMARY = 512 << 20
 
 
+@dataclass(frozen=True, slots=True)
+class KeptSummary:
+    """A summary parsed once: the validators of ``.summary.json`` and of its
+    ``.info.json``, the ids it holds, and the cutoff its scan gave."""
+
+    etag: str
+    info_etag: str
+    ids: frozenset[str]
+    cutoff: float
+
+
 @dataclass(slots=True)
 class DomainState:
     """What one listing of a domain proves, and what was built from it."""
@@ -104,9 +118,8 @@ class DomainState:
     #: Objects built while this state or one before it was current, by id:
     #: (the validator of the JSON they were built from, the object).
     built: dict[str, tuple[str, AnyObject]] = field(default_factory=dict)
-    #: The summary the entries came from: its validator and that of its
-    #: ``.info.json``, the ids it holds, and the cutoff it gave.
-    summary: tuple[str, str, frozenset[str], float] | None = None
+    #: The summary the entries came from.
+    summary: KeptSummary | None = None
 
 
 @dataclass(slots=True)
@@ -270,28 +283,28 @@ class DomainIndex:
         if listing.summary is None or listing.info is None or len(built) == len(objects):
             return state
         kept = previous.summary if previous is not None else None
-        if kept is not None and (kept[0], kept[1]) == (listing.summary.etag, listing.info.etag):
+        if kept is not None and (kept.etag, kept.info_etag) == (listing.summary.etag,
+                                                                 listing.info.etag):
             docs: dict[str, dict[str, Any]] | None = previous.docs if previous else {}
-            summary = kept
+            summary: KeptSummary | None = kept
         else:
             docs, summary = await self._summary(uuid1, listing)
         if docs is None or summary is None:
             return state
-        key = root_prefix(uuid1) + SUMMARY_NAME
         try:
-            hsds_summary.check_cover(key, listing, summary[2], summary[3])
+            hsds_summary.check_cover(root_prefix(uuid1) + SUMMARY_NAME, listing, summary.ids,
+                                     summary.cutoff)
         except Corrupt as exc:
             self._fallback(exc)
             return state
-        state.docs = hsds_summary.trusted(listing, docs, summary[3])
+        state.docs = hsds_summary.trusted(listing, docs, summary.cutoff)
         for obj_id in built:
             state.docs.pop(obj_id, None)
         state.summary = summary
         return state
 
     async def _summary(self, uuid1: str, listing: DomainListing
-                       ) -> tuple[dict[str, dict[str, Any]] | None,
-                                  tuple[str, str, frozenset[str], float] | None]:
+                       ) -> tuple[dict[str, dict[str, Any]] | None, KeptSummary | None]:
         """The entries of the domain's summary and what identifies it, fetched and
         parsed now; (None, None) when it cannot be used (logged once)."""
         prefix = root_prefix(uuid1)
@@ -307,7 +320,7 @@ class DomainIndex:
         except Corrupt as exc:
             self._fallback(exc)
             return None, None
-        return docs, (fetched.info.etag, info.info.etag, frozenset(docs), cutoff)
+        return docs, KeptSummary(fetched.info.etag, info.info.etag, frozenset(docs), cutoff)
 
     @staticmethod
     def _fallback(exc: Corrupt) -> None:
