@@ -338,36 +338,42 @@ class Operations(pyfuse3.Operations):
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self._dirs[fh]
         uid = self._dir_uids.get(fh, 0)
-        last: tuple[Stat, pyfuse3.EntryAttributes] | None = None
         hidden = CONTROL_DIR if fh in self._root_dirs else None
+        inodes = self.inodes
+        reply = pyfuse3.readdir_reply
+        last_stat: Stat | None = None
+        last_entry: pyfuse3.EntryAttributes | None = None
         # Lookups counted for this reply: if the listing fails part way, pyfuse3
         # sends the error alone, the kernel never sees these entries and will
         # never forget them, so the counts are taken back.
         added: list[int] = []
+        cookie = start_id
         try:
-            async for next_id, name, node, known in listing.entries(start_id):
-                if name == hidden:
-                    continue
-                st = known if known is not None else await listed_stat(node)
-                ino = self.inodes.inode_of(node)
-                if self.acls is not None:  # attributes per user: nothing shared
-                    entry = self._entry(ino, st, await self._denied(node, uid))
-                elif last is not None and last[0] is st:
-                    # Entries sharing one Stat (a dataset's chunk files) share the
-                    # attributes too: readdir_reply copies them at once.
-                    entry = last[1]
-                    entry.st_ino = ino
-                else:
-                    entry = self._entry(ino, st)
-                    last = (st, entry)
-                if not pyfuse3.readdir_reply(token, to_bytes(name), entry, next_id):
-                    self.inodes.drop_if_unused(ino)
-                    break
-                self.inodes.remember(ino)
-                added.append(ino)
+            while rows := await listing.rows_after(cookie):
+                for name, node, known in rows:
+                    cookie += 1
+                    if name == hidden:
+                        continue
+                    st = known if known is not None else await listed_stat(node)
+                    ino = inodes.inode_of(node)
+                    if self.acls is not None:  # attributes per user: nothing shared
+                        entry = self._entry(ino, st, await self._denied(node, uid))
+                    elif st is last_stat and last_entry is not None:
+                        # Entries sharing one Stat (a dataset's chunk files) share
+                        # the attributes too: readdir_reply copies them at once.
+                        entry = last_entry
+                        entry.st_ino = ino
+                    else:
+                        entry = last_entry = self._entry(ino, st)
+                        last_stat = st
+                    if not reply(token, to_bytes(name), entry, cookie):
+                        inodes.drop_if_unused(ino)
+                        return
+                    inodes.remember(ino)
+                    added.append(ino)
         except BaseException:
             for ino in added:
-                self.inodes.forget(ino, 1)
+                inodes.forget(ino, 1)
             raise
 
     async def releasedir(self, fh: int) -> None:

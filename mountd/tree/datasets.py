@@ -18,6 +18,7 @@ directory, and what it learns is memoised by synchronous calls.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import AsyncIterator, Hashable
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ from mountd import zarrmeta
 from mountd.chunklist import ChunkList, ChunkListBuilder
 from mountd.errors import NotFound, StorageError
 from mountd.nodes import (
+    STREAM_BATCH,
     BytesHandle,
     DirListing,
     FileHandle,
@@ -88,24 +90,29 @@ class DatasetDir(ObjectDir):
         return files
 
     def open_listing(self) -> DirListing:
-        return StreamListing(self._entries)
+        return StreamListing(self._batches)
 
-    async def _entries(self) -> AsyncIterator[Row]:
-        """The zarr files, then the stored chunks in storage order (never all held).
-        Chunk files of a fixed-size type all have the same stat, made once here."""
+    async def _batches(self) -> AsyncIterator[list[Row]]:
+        """The zarr files, then the stored chunks in storage order, in batches
+        of at most ``STREAM_BATCH`` (never all held). Chunk files of a
+        fixed-size type all have the same stat, made once here."""
         ds = await self.tree.dataset(self.op)
         self.tree.preload.dir_opened(self)
-        for name, node in self._own_files(ds).items():
-            yield Row(name, node)
+        batch = [Row(name, node) for name, node in self._own_files(ds).items()]
         chunk_stat = chunk_file_stat(self.tree, ds)
         suffix = zarrmeta.chunk_name_suffix(ds)
         await self.tree.preload.finished(self.op.key)  # being listed ahead: wait for it
         known = self._known_chunks(ds)
         if known is not None:
-            for index in known:
-                yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
-                          chunk_stat)
-            return
+            indices = iter(known)
+            while True:
+                batch.extend(Row(chunk_name(index) + suffix,
+                                 ChunkFile(self.tree, self.op, index), chunk_stat)
+                             for index in itertools.islice(indices, STREAM_BATCH - len(batch)))
+                if not batch:
+                    return
+                yield batch
+                batch = []
         seen = ChunkListBuilder(_listing_grid(ds), MAX_KEPT_CHUNKS)
         stored = ds.store.iter_stored()
         try:
@@ -113,10 +120,15 @@ class DatasetDir(ObjectDir):
                 if not ds.in_grid(index):
                     continue
                 seen.add(index)
-                yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
-                          chunk_stat)
+                batch.append(Row(chunk_name(index) + suffix,
+                                 ChunkFile(self.tree, self.op, index), chunk_stat))
+                if len(batch) == STREAM_BATCH:
+                    yield batch
+                    batch = []
         finally:
             await _close(stored)
+        if batch:
+            yield batch
         self._remember_chunks(ds, seen)
 
     def _chunks_key(self, ds: Dataset) -> Hashable:
