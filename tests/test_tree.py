@@ -31,8 +31,17 @@ from mountd.chunkcache import ChunkCache
 from mountd.errors import NotFound, StorageError
 from mountd.metacache import CachedCatalog
 from mountd.names import display_name, escape
-from mountd.nodes import STREAM_WINDOW, DirNode, FileNode, Node, StreamListing, SymlinkNode
-from mountd.tree import Tree
+from mountd.nodes import (
+    STREAM_WINDOW,
+    DirNode,
+    FileNode,
+    Node,
+    Stat,
+    StreamListing,
+    SymlinkNode,
+)
+from mountd.tree import Tree, meta
+from mountd.tree.paths import ObjPath
 from mountd.tree.viewnodes import ViewHandle
 from tests.modelcat import MemoryCatalog, dataset, float_type, group
 
@@ -658,6 +667,51 @@ def test_meta_files_render_once_per_object_instance() -> None:
         doc = json.loads(await read_all(node))
         assert doc["attributes"] == {"units": "m"}
         assert (await node.stat()).size == len(await read_all(node)) != size
+    trio.run(main)
+
+
+def test_small_dataset_rows_are_kept_with_the_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset whose rows fit one batch is listed from memoised rows, with the
+    Zarr files' exact sizes, while the catalog hands out the same object; a
+    Zarr file whose stat failed is left for readdir and nothing is kept."""
+    async def rows(node: Node) -> list[tuple[str, Node, Stat | None]]:
+        assert isinstance(node, DirNode)
+        return [(name, child, st) async for _, name, child, st in node.open_listing().entries(0)]
+
+    async def main() -> None:
+        catalog = make_catalog()
+        tree = Tree(catalog)
+        node = await walk(tree, "home/u/f.h5/g1/dset")
+        await rows(node)  # from storage: the chunk list is learnt
+        real = meta._render_zattrs
+
+        async def broken(tree: Tree, op: ObjPath, obj: AnyObject) -> meta.Rendered:
+            raise StorageError(op.h5path, "unreadable attributes")
+
+        monkeypatch.setattr(meta, "_render_zattrs", broken)
+        failed = await rows(node)
+        assert [(name, st is None) for name, _, st in failed] == [
+            (".zarray", False), (".zattrs", True), ("0.0", False), ("1.1", False),
+            ("3.2", False)]
+        monkeypatch.setattr(meta, "_render_zattrs", real)
+        first = await rows(node)
+        misses = tree.memo.misses
+        again = await rows(node)
+        assert tree.memo.misses == misses
+        assert [(name, id(child), st) for name, child, st in again] == \
+            [(name, id(child), st) for name, child, st in first]
+        for name, child, st in first[:2]:
+            assert st is not None and st.size == len(await read_all(child)), name
+        # a refreshed object is listed afresh (its chunks from storage again,
+        # then from the list learnt), with its new sizes
+        old = catalog.objects["d-1"]
+        catalog.objects["d-1"] = dataclasses.replace(old, attrs=(Attribute("units", "m"),))
+        assert [name for name, _, _ in await rows(node)] == [name for name, _, _ in first]
+        fresh = await rows(node)
+        assert [name for name, _, _ in fresh] == [name for name, _, _ in first]
+        zattrs = fresh[1]
+        assert zattrs[2] is not None and zattrs[2] != first[1][2]
+        assert zattrs[2].size == len(await read_all(zattrs[1]))
     trio.run(main)
 
 

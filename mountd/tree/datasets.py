@@ -7,9 +7,12 @@ storage (``StreamListing``); it never holds them all. The chunk indices of
 a dataset (at most ``MAX_KEPT_CHUNKS``), once listed whole, are memoised
 with the dataset object as a ``ChunkList``, so listing it again (in the
 same order) and looking up its chunks need no storage round trip until the
-object is fetched anew (``-o metadata_ttl``). A small dataset (at most ``SMALL_LISTING`` chunks)
-is listed ahead in the background when a walker is coming
-(``mountd.tree.preload``). Reading chunk files in grid order prefetches the
+object is fetched anew (``-o metadata_ttl``). A dataset whose rows (Zarr
+files and chunk files) fit one ``STREAM_BATCH`` also has its rows, with
+their stats, memoised with the dataset object and the domain, so listing
+it again makes no node and renders nothing. A small dataset (at most
+``SMALL_LISTING`` chunks) is listed ahead in the background when a walker
+is coming (``mountd.tree.preload``). Reading chunk files in grid order prefetches the
 next chunks (``Tree.chunk_file_read``).
 
 Concurrency: nodes are immutable; a listing is one stream per open
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 from layouts.model import ChunkIndex, Dataset
 from mountd import zarrmeta
 from mountd.chunklist import ChunkList, ChunkListBuilder
-from mountd.errors import NotFound, StorageError
+from mountd.errors import MountError, NotFound, StorageError
 from mountd.nodes import (
     STREAM_BATCH,
     BytesHandle,
@@ -52,6 +55,9 @@ SMALL_LISTING = 1000
 #: Most chunk indices of one dataset kept once listed (16 bytes each, in the memo);
 #: longer listings are read from storage each time.
 MAX_KEPT_CHUNKS = 4_000_000
+
+#: Rough bytes one memoised row of a small dataset costs, with its node.
+_ROW_BYTES = 400
 
 _CHUNK_NAME = re.compile(r"0|[1-9][0-9]*")
 
@@ -95,14 +101,22 @@ class DatasetDir(ObjectDir):
     async def _batches(self) -> AsyncIterator[list[Row]]:
         """The zarr files, then the stored chunks in storage order, in batches
         of at most ``STREAM_BATCH`` (never all held). Chunk files of a
-        fixed-size type all have the same stat, made once here."""
+        fixed-size type all have the same stat, made once here. A dataset
+        whose rows fit one batch gives its memoised rows (``_small_rows``)."""
         ds = await self.tree.dataset(self.op)
         self.tree.preload.dir_opened(self)
+        kept: list[Row] | None = self.tree.memo.get(self._rows_key, ds, self.op.domain)
+        if kept is not None:
+            yield kept
+            return
         batch = [Row(name, node) for name, node in self._own_files(ds).items()]
-        chunk_stat = chunk_file_stat(self.tree, ds)
-        suffix = zarrmeta.chunk_name_suffix(ds)
         await self.tree.preload.finished(self.op.key)  # being listed ahead: wait for it
         known = self._known_chunks(ds)
+        if known is not None and len(batch) + len(known) <= STREAM_BATCH:
+            yield await self._small_rows(ds, batch, known)
+            return
+        chunk_stat = chunk_file_stat(self.tree, ds)
+        suffix = zarrmeta.chunk_name_suffix(ds)
         if known is not None:
             indices = iter(known)
             while True:
@@ -130,6 +144,33 @@ class DatasetDir(ObjectDir):
         if batch:
             yield batch
         self._remember_chunks(ds, seen)
+
+    @property
+    def _rows_key(self) -> Hashable:
+        return ("rows", self.op.key)
+
+    async def _small_rows(self, ds: Dataset, own: list[Row], known: ChunkList) -> list[Row]:
+        """Every row of a dataset whose few chunks are ``known``: the Zarr files
+        with their stats, then the chunk files. Memoised with the dataset object
+        and the domain, which those stats and the chunk list derive from (as
+        a group's rows are), unless a stat failed: readdir then stats that
+        file itself and reports the error."""
+        rows: list[Row] = []
+        whole = True
+        for name, node, _ in own:
+            try:
+                rows.append(Row(name, node, await node.listed()))
+            except MountError:
+                rows.append(Row(name, node))
+                whole = False
+        chunk_stat = chunk_file_stat(self.tree, ds)
+        suffix = zarrmeta.chunk_name_suffix(ds)
+        rows.extend(Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
+                        chunk_stat) for index in known)
+        if whole:
+            self.tree.memo.put(self._rows_key, rows, _ROW_BYTES * len(rows), ds,
+                               self.op.domain)
+        return rows
 
     def _chunks_key(self, ds: Dataset) -> Hashable:
         return ("chunks", self.op.domain.path, ds.id)
