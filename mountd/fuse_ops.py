@@ -63,11 +63,9 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_MODES = {
-    NodeType.DIR: stat_mod.S_IFDIR | 0o555,
-    NodeType.FILE: stat_mod.S_IFREG | 0o444,
-    NodeType.SYMLINK: stat_mod.S_IFLNK | 0o777,
-}
+DIR_MODE = stat_mod.S_IFDIR | 0o555
+FILE_MODE = stat_mod.S_IFREG | 0o444
+SYMLINK_MODE = stat_mod.S_IFLNK | 0o777
 BLOCK_SIZE = 1 << 20
 #: Seconds between two looks at the requests under way while draining.
 DRAIN_POLL = 0.01
@@ -218,7 +216,7 @@ class Operations(pyfuse3.Operations):
 
     async def _check(self, node: Node, ctx: pyfuse3.RequestContext) -> None:
         """EACCES if the caller may not read the domain ``node`` is in."""
-        if await self._denied(node, ctx.uid):
+        if self.acls is not None and await self._denied(node, ctx.uid):
             raise pyfuse3.FUSEError(errno.EACCES)
 
     def _new_fh(self) -> int:
@@ -236,7 +234,12 @@ class Operations(pyfuse3.Operations):
         entry.entry_timeout = self.ttl
         # A stand-in size must not be kept: the next stat asks for the real one.
         entry.attr_timeout = self.ttl if st.exact and not st.volatile and denied is None else 0
-        entry.st_mode = _MODES[st.type] if not denied else _MODES[st.type] & ~0o7777
+        # Compared by identity: hashing an Enum member runs Python code, and
+        # this runs for every entry of every listing.
+        kind = st.type
+        mode = (FILE_MODE if kind is NodeType.FILE else DIR_MODE if kind is NodeType.DIR
+                else SYMLINK_MODE)
+        entry.st_mode = mode & ~0o7777 if denied else mode
         entry.st_nlink = 1
         entry.st_uid = self.owner.uid
         entry.st_gid = self.owner.gid
@@ -267,12 +270,14 @@ class Operations(pyfuse3.Operations):
         st = await node.stat()
         ino = self.inodes.inode_of(node)
         self.inodes.remember(ino)
-        return self._entry(ino, st, await self._denied(node, ctx.uid))
+        return self._entry(ino, st, None if self.acls is None
+                           else await self._denied(node, ctx.uid))
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
-        return self._entry(inode, await node.stat(), await self._denied(node, ctx.uid))
+        return self._entry(inode, await node.stat(), None if self.acls is None
+                           else await self._denied(node, ctx.uid))
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         self.requests["forget"] += 1
@@ -340,6 +345,7 @@ class Operations(pyfuse3.Operations):
         uid = self._dir_uids.get(fh, 0)
         hidden = CONTROL_DIR if fh in self._root_dirs else None
         inodes = self.inodes
+        acls = self.acls
         reply = pyfuse3.readdir_reply
         last_stat: Stat | None = None
         last_entry: pyfuse3.EntryAttributes | None = None
@@ -356,7 +362,7 @@ class Operations(pyfuse3.Operations):
                         continue
                     st = known if known is not None else await listed_stat(node)
                     ino = inodes.inode_of(node)
-                    if self.acls is not None:  # attributes per user: nothing shared
+                    if acls is not None:  # attributes per user: nothing shared
                         entry = self._entry(ino, st, await self._denied(node, uid))
                     elif st is last_stat and last_entry is not None:
                         # Entries sharing one Stat (a dataset's chunk files) share

@@ -21,6 +21,7 @@ directory, and what it learns is memoised by synchronous calls.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import AsyncIterator, Hashable
@@ -246,7 +247,7 @@ class ChunkFile(InDomain, FileNode):
         self.op = op
         self.index = index
 
-    @property
+    @functools.cached_property
     def key(self) -> Hashable:
         return ("chunk", self.op.key, self.index)
 
