@@ -6,7 +6,9 @@ do I/O. ``key`` identifies the entry so the inode table can give the same
 inode to the same entry however it was reached. Nodes know nothing of FUSE.
 
 A directory listing hands out its entries in batches (``rows_after``), so
-``readdir`` pays one await per batch rather than one per entry.
+``readdir`` pays one await per batch rather than one per entry. Listings
+are computed whole (``SnapshotListing``), streamed (``StreamListing``), or
+whole when small and streamed otherwise (``SmallOrStreamListing``).
 
 Concurrency: nodes keep no mutable state, so any number of tasks may use one
 node at once. File handles (``FileHandle``) may also be read concurrently;
@@ -278,6 +280,44 @@ class StreamListing(DirListing):
         if close is not None:
             with contextlib.suppress(Exception):
                 await close()
+
+
+class SmallOrStreamListing(DirListing):
+    """A listing that is whole when its directory can give every row at once
+    (a small directory whose rows are at hand), else a ``StreamListing``.
+
+    ``whole`` is asked once, at the first read: the rows, or None to stream
+    them from ``open_stream`` (then ``stream`` is that listing). A small
+    directory so costs no stream, no window and no lock after its first read.
+    """
+
+    def __init__(self, whole: Callable[[], Awaitable[Sequence[Row] | None]],
+                 open_stream: Callable[[], AsyncIterator[Sequence[Row]]]) -> None:
+        self._whole = whole
+        self._open = open_stream
+        self._rows: Sequence[Row] | None = None
+        self.stream: StreamListing | None = None
+        self._lock = QuietLock()
+
+    async def rows_after(self, start: int) -> Sequence[Row]:
+        if self._rows is None and self.stream is None:
+            async with self._lock:
+                if self._rows is None and self.stream is None:
+                    rows = await self._whole()
+                    if rows is None:
+                        self.stream = StreamListing(self._open)
+                    else:
+                        self._rows = rows
+        rows = self._rows
+        if rows is not None:
+            return rows[start:start + SNAPSHOT_BATCH]
+        stream = self.stream
+        return [] if stream is None else await stream.rows_after(start)
+
+    async def aclose(self) -> None:
+        self._rows = None
+        if self.stream is not None:
+            await self.stream.aclose()
 
 
 class DirNode(Node):

@@ -36,6 +36,7 @@ from mountd.nodes import (
     DirNode,
     FileNode,
     Node,
+    SmallOrStreamListing,
     Stat,
     StreamListing,
     SymlinkNode,
@@ -429,10 +430,10 @@ def catalog_with(**datasets: Dataset) -> MemoryCatalog:
     return MemoryCatalog(domains, objects, {}, single_domain="f.h5")
 
 
-async def kernel_readdir(listing: StreamListing, start: int, rng: np.random.Generator,
+async def kernel_readdir(listing: SmallOrStreamListing, start: int, rng: np.random.Generator,
                          buffer: int = 40) -> list[str]:
-    """Read a listing as the kernel does: fill a buffer, keep only part of it
-    (the rest did not fit), and ask again from the last cookie it kept."""
+    """Read a streamed listing as the kernel does: fill a buffer, keep only part
+    of it (the rest did not fit), and ask again from the last cookie it kept."""
     names: list[str] = []
     cookie = start
     while True:
@@ -446,7 +447,7 @@ async def kernel_readdir(listing: StreamListing, start: int, rng: np.random.Gene
         keep = int(rng.integers(1, len(got) + 1))
         names.extend(name for _, name in got[:keep])
         cookie = got[keep - 1][0]
-        assert listing.kept <= listing.window
+        assert listing.stream is not None and listing.stream.kept <= listing.stream.window
 
 
 @pytest.mark.slow
@@ -459,23 +460,25 @@ def test_dataset_listing_streams_200k_chunks() -> None:
         node = await walk(tree, "big")
         assert isinstance(node, DirNode)
         listing = node.open_listing()
-        assert isinstance(listing, StreamListing)
+        assert isinstance(listing, SmallOrStreamListing)
         expected = [".zarray", ".zattrs", *(".".join(map(str, i)) for i in store.storage_order())]
         names = await kernel_readdir(listing, 0, np.random.default_rng(1))
+        stream = listing.stream
+        assert isinstance(stream, StreamListing)
         # every name once, in storage order, from one pass over the store
         assert names == expected
         assert len(set(names)) == 200_002
-        assert store.listings == 1 and listing.restarts == 0
-        assert listing.kept <= listing.window == STREAM_WINDOW
+        assert store.listings == 1 and stream.restarts == 0
+        assert stream.kept <= stream.window == STREAM_WINDOW
         # a cookie older than the window restarts the stream and skips to it; the
         # whole listing was kept (compactly), so the restart needs no storage listing
         # and gives the same order
         names = await kernel_readdir(listing, 1000, np.random.default_rng(2))
         assert names == expected[1000:]
-        assert listing.restarts == 1 and store.listings == 1 and store.max_open == 1
+        assert stream.restarts == 1 and store.listings == 1 and store.max_open == 1
         # a recent cookie is served from the window, without a restart
         tail = [name async for _, name, _, _ in listing.entries(len(expected) - 10)]
-        assert tail == expected[-10:] and listing.restarts == 1
+        assert tail == expected[-10:] and stream.restarts == 1
         await listing.aclose()
         assert store.open_listings == 0
     trio.run(main)
@@ -698,6 +701,10 @@ def test_small_dataset_rows_are_kept_with_the_object(monkeypatch: pytest.MonkeyP
         misses = tree.memo.misses
         again = await rows(node)
         assert tree.memo.misses == misses
+        listing = node.open_listing()  # whole: no stream behind it
+        assert isinstance(listing, SmallOrStreamListing)
+        assert [name for name, _, _ in await listing.rows_after(2)] == ["0.0", "1.1", "3.2"]
+        assert listing.stream is None
         assert [(name, id(child), st) for name, child, st in again] == \
             [(name, id(child), st) for name, child, st in first]
         for name, child, st in first[:2]:

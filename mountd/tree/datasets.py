@@ -3,14 +3,15 @@
 Owns ``DatasetDir`` (one file per stored chunk, named by grid index, plus
 ``.zarray`` and ``.zattrs``), ``ChunkFile`` (one decoded chunk) and the
 chunk-file naming rules. A dataset directory streams its chunk names from
-storage (``StreamListing``); it never holds them all. The chunk indices of
+storage (``StreamListing``); it never holds them all, except a small one's. The chunk indices of
 a dataset (at most ``MAX_KEPT_CHUNKS``), once listed whole, are memoised
 with the dataset object as a ``ChunkList``, so listing it again (in the
 same order) and looking up its chunks need no storage round trip until the
 object is fetched anew (``-o metadata_ttl``). A dataset whose rows (Zarr
 files and chunk files) fit one ``STREAM_BATCH`` also has its rows, with
-their stats, memoised with the dataset object and the domain, so listing
-it again makes no node and renders nothing. A small dataset (at most
+their stats, memoised with the dataset object and the domain, and is
+listed whole from them (``SmallOrStreamListing``): listing it again makes
+no node, no stream and renders nothing. A small dataset (at most
 ``SMALL_LISTING`` chunks) is listed ahead in the background when a walker
 is coming (``mountd.tree.preload``). Reading chunk files in grid order prefetches the
 next chunks (``Tree.chunk_file_read``).
@@ -40,8 +41,8 @@ from mountd.nodes import (
     Node,
     NodeType,
     Row,
+    SmallOrStreamListing,
     Stat,
-    StreamListing,
 )
 from mountd.tree.meta import ZARRAY_NAME, ZATTRS_NAME, zarray_file, zattrs_file
 from mountd.tree.objdir import ObjectDir
@@ -97,27 +98,34 @@ class DatasetDir(ObjectDir):
         return files
 
     def open_listing(self) -> DirListing:
-        return StreamListing(self._batches)
+        return SmallOrStreamListing(self._whole, self._batches)
 
-    async def _batches(self) -> AsyncIterator[list[Row]]:
-        """The zarr files, then the stored chunks in storage order, in batches
-        of at most ``STREAM_BATCH`` (never all held). Chunk files of a
-        fixed-size type all have the same stat, made once here. A dataset
-        whose rows fit one batch gives its memoised rows (``_small_rows``)."""
+    async def _whole(self) -> list[Row] | None:
+        """Every row, if the dataset's rows fit one ``STREAM_BATCH`` and its
+        chunks are known (memoised, ``_small_rows``); else None: stream them.
+        Tells the preloader that the directory is being listed, and waits for
+        a listing of it ahead to end."""
         ds = await self.tree.dataset(self.op)
         self.tree.preload.dir_opened(self)
         kept: list[Row] | None = self.tree.memo.get(self._rows_key, ds, self.op.domain)
         if kept is not None:
-            yield kept
-            return
-        batch = [Row(name, node) for name, node in self._own_files(ds).items()]
-        await self.tree.preload.finished(self.op.key)  # being listed ahead: wait for it
+            return kept
+        await self.tree.preload.finished(self.op.key)
+        own = [Row(name, node) for name, node in self._own_files(ds).items()]
         known = self._known_chunks(ds)
-        if known is not None and len(batch) + len(known) <= STREAM_BATCH:
-            yield await self._small_rows(ds, batch, known)
-            return
+        if known is not None and len(own) + len(known) <= STREAM_BATCH:
+            return await self._small_rows(ds, own, known)
+        return None
+
+    async def _batches(self) -> AsyncIterator[list[Row]]:
+        """The zarr files, then the stored chunks in storage order, in batches
+        of at most ``STREAM_BATCH`` (never all held). Chunk files of a
+        fixed-size type all have the same stat, made once here."""
+        ds = await self.tree.dataset(self.op)
+        batch = [Row(name, node) for name, node in self._own_files(ds).items()]
         chunk_stat = chunk_file_stat(self.tree, ds)
         suffix = zarrmeta.chunk_name_suffix(ds)
+        known = self._known_chunks(ds)
         if known is not None:
             indices = iter(known)
             while True:
