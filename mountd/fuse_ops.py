@@ -228,10 +228,27 @@ class Operations(pyfuse3.Operations):
         """Attributes of a node; ``denied`` is None when no ACL applies, else
         whether the caller is refused (mode 0) and the attributes are per
         user, so the kernel may not keep them for the next caller."""
+        entry = self._blank_entry()
+        self._fill_entry(entry, ino, st, denied)
+        return entry
+
+    def _blank_entry(self) -> pyfuse3.EntryAttributes:
+        """Attributes with the fields every node shares set; ``_fill_entry``
+        sets the others."""
         entry = pyfuse3.EntryAttributes()
-        entry.st_ino = ino
         entry.generation = 0
         entry.entry_timeout = self.ttl
+        entry.st_nlink = 1
+        entry.st_uid = self.owner.uid
+        entry.st_gid = self.owner.gid
+        entry.st_rdev = 0
+        entry.st_blksize = BLOCK_SIZE
+        return entry
+
+    def _fill_entry(self, entry: pyfuse3.EntryAttributes, ino: int, st: Stat,
+                    denied: bool | None) -> None:
+        """Set the fields of ``entry`` that are the node's own (see ``_entry``)."""
+        entry.st_ino = ino
         # A stand-in size must not be kept: the next stat asks for the real one.
         entry.attr_timeout = self.ttl if st.exact and not st.volatile and denied is None else 0
         # Compared by identity: hashing an Enum member runs Python code, and
@@ -240,18 +257,12 @@ class Operations(pyfuse3.Operations):
         mode = (FILE_MODE if kind is NodeType.FILE else DIR_MODE if kind is NodeType.DIR
                 else SYMLINK_MODE)
         entry.st_mode = mode & ~0o7777 if denied else mode
-        entry.st_nlink = 1
-        entry.st_uid = self.owner.uid
-        entry.st_gid = self.owner.gid
-        entry.st_rdev = 0
         entry.st_size = st.size
-        entry.st_blksize = BLOCK_SIZE
         entry.st_blocks = (st.size + 511) // 512
         mtime = int(st.mtime * 1e9)
         entry.st_atime_ns = mtime
         entry.st_mtime_ns = mtime
         entry.st_ctime_ns = int(st.ctime * 1e9)
-        return entry
 
     # -- lookups and attributes -----------------------------------------
 
@@ -347,8 +358,11 @@ class Operations(pyfuse3.Operations):
         inodes = self.inodes
         acls = self.acls
         reply = pyfuse3.readdir_reply
+        # One attributes object for the whole reply: readdir_reply copies it at
+        # once, so each entry sets only the node's own fields, and entries
+        # sharing one Stat (a dataset's chunk files) only the inode.
+        entry = self._blank_entry()
         last_stat: Stat | None = None
-        last_entry: pyfuse3.EntryAttributes | None = None
         # Lookups counted for this reply: if the listing fails part way, pyfuse3
         # sends the error alone, the kernel never sees these entries and will
         # never forget them, so the counts are taken back.
@@ -362,15 +376,12 @@ class Operations(pyfuse3.Operations):
                         continue
                     st = known if known is not None else await listed_stat(node)
                     ino = inodes.inode_of(node)
-                    if acls is not None:  # attributes per user: nothing shared
-                        entry = self._entry(ino, st, await self._denied(node, uid))
-                    elif st is last_stat and last_entry is not None:
-                        # Entries sharing one Stat (a dataset's chunk files) share
-                        # the attributes too: readdir_reply copies them at once.
-                        entry = last_entry
+                    if acls is not None:  # attributes per user
+                        self._fill_entry(entry, ino, st, await self._denied(node, uid))
+                    elif st is last_stat:
                         entry.st_ino = ino
                     else:
-                        entry = last_entry = self._entry(ino, st)
+                        self._fill_entry(entry, ino, st, None)
                         last_stat = st
                     if not reply(token, to_bytes(name), entry, cookie):
                         inodes.drop_if_unused(ino)
