@@ -15,7 +15,8 @@ it waits (bounded) for the ones under way to finish.
 
 Concurrency: pyfuse3 runs handlers as concurrent trio tasks. The inode table
 and handle maps are changed only between awaits, so each change is atomic;
-nodes and handles are safe to share (see ``mountd.nodes``).
+nodes and handles are safe to share (see ``mountd.nodes``). ``Operations``
+is made inside the trio run that serves the mount (it keeps that run's clock).
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
     @functools.wraps(fn)
     async def wrapped(self: Operations, *args: P.args, **kwargs: P.kwargs) -> R:
         self.requests[name] += 1
-        start = self.last_request = trio.current_time()
+        now = self.clock
+        start = self.last_request = now()
         if self.draining:
             self.errors["EIO"] += 1
             raise pyfuse3.FUSEError(errno.EIO)
@@ -129,7 +131,7 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
             raise pyfuse3.FUSEError(code) from None
         finally:
             self.in_flight -= 1
-            self.latency[latency_kind].add(trio.current_time() - start)
+            self.latency[latency_kind].add(now() - start)
 
     return wrapped
 
@@ -174,6 +176,9 @@ class Operations(pyfuse3.Operations):
         #: Requests being handled now, and when the last one arrived (trio's clock).
         self.in_flight = 0
         self.last_request = 0.0
+        #: The time of the trio run serving the mount (``trio.current_time``, as
+        #: one call: it is read twice per request).
+        self.clock = trio.lowlevel.current_clock().current_time
         #: Set by ``drain``: new requests fail with EIO.
         self.draining = False
 
@@ -194,7 +199,7 @@ class Operations(pyfuse3.Operations):
         whole or with EIO, not with the unmount's ENOTCONN."""
         self.draining = True
         with trio.move_on_after(grace):
-            while self.in_flight or trio.current_time() - self.last_request < DRAIN_QUIET:
+            while self.in_flight or self.clock() - self.last_request < DRAIN_QUIET:
                 await trio.sleep(DRAIN_POLL)
 
     # -- helpers --------------------------------------------------------
