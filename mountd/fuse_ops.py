@@ -363,10 +363,11 @@ class Operations(pyfuse3.Operations):
         inodes = self.inodes
         acls = self.acls
         reply = pyfuse3.readdir_reply
-        # One attributes object for the whole reply: readdir_reply copies it at
-        # once, so each entry sets only the node's own fields, and entries
-        # sharing one Stat (a dataset's chunk files) only the inode.
-        entry = self._blank_entry()
+        # One attributes object for the whole reply (made with the first entry:
+        # the kernel's last readdir of a directory gets none): readdir_reply
+        # copies it at once, so each entry sets only the node's own fields,
+        # and entries sharing one Stat (a dataset's chunk files) only the inode.
+        entry: pyfuse3.EntryAttributes | None = None
         last_stat: Stat | None = None
         # Lookups counted for this reply: if the listing fails part way, pyfuse3
         # sends the error alone, the kernel never sees these entries and will
@@ -381,6 +382,8 @@ class Operations(pyfuse3.Operations):
                         continue
                     st = known if known is not None else await listed_stat(node)
                     ino = inodes.inode_of(node)
+                    if entry is None:
+                        entry = self._blank_entry()
                     if acls is not None:  # attributes per user
                         self._fill_entry(entry, ino, st, await self._denied(node, uid))
                     elif st is last_stat:
