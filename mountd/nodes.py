@@ -206,15 +206,17 @@ class StreamListing(DirListing):
 
     The stream gives its entries in batches of at most ``STREAM_BATCH``.
     Cookie ``n`` resumes after the ``n``-th entry of the stream. The last
-    ``window`` entries are kept, which covers the kernel re-asking from the
-    last cookie it accepted when its buffer filled. A cookie older than that
-    restarts the stream and skips forward to it; the stream must give the
-    same entries in the same order each time (storage listings do, while
-    nothing is written).
+    ``window`` entries (at least two batches) are kept, which covers the
+    kernel re-asking from the last cookie it accepted when its buffer filled.
+    A cookie older than that restarts the stream and skips forward to it;
+    the stream must give the same entries in the same order each time
+    (storage listings do, while nothing is written).
     """
 
     def __init__(self, open_stream: Callable[[], AsyncIterator[Sequence[Row]]],
                  window: int = STREAM_WINDOW) -> None:
+        if window < 2 * STREAM_BATCH:
+            raise ValueError(f"a stream window holds at least {2 * STREAM_BATCH} entries")
         self._open = open_stream
         self.window = window
         self.restarts = 0
@@ -242,8 +244,7 @@ class StreamListing(DirListing):
         of them (or the rest of the stream) are taken."""
         if self._stream is None or pos < self._taken - len(self._recent):
             await self._restart()
-        count = min(STREAM_BATCH, self.window)
-        while self._taken < pos + count and await self._pull():
+        while self._taken < pos + STREAM_BATCH and await self._pull():
             pass
         first = self._taken - len(self._recent)  # cookie just before the oldest kept entry
         return list(itertools.islice(self._recent, pos - first, None))

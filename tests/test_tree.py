@@ -32,10 +32,12 @@ from mountd.errors import NotFound, StorageError
 from mountd.metacache import CachedCatalog
 from mountd.names import display_name, escape
 from mountd.nodes import (
+    STREAM_BATCH,
     STREAM_WINDOW,
     DirNode,
     FileNode,
     Node,
+    Row,
     SmallOrStreamListing,
     Stat,
     StreamListing,
@@ -482,6 +484,17 @@ def test_dataset_listing_streams_200k_chunks() -> None:
         await listing.aclose()
         assert store.open_listings == 0
     trio.run(main)
+
+
+def test_stream_window_holds_two_batches() -> None:
+    """Batches of up to STREAM_BATCH rows must not push the reader's cookie out."""
+    async def nothing() -> AsyncIterator[list[Row]]:
+        return
+        yield []
+
+    with pytest.raises(ValueError):
+        StreamListing(nothing, window=2 * STREAM_BATCH - 1)
+    assert StreamListing(nothing, window=2 * STREAM_BATCH).window == 2 * STREAM_BATCH
 
 
 class SparseChunks(GeneratedChunks):
