@@ -15,7 +15,8 @@ it waits (bounded) for the ones under way to finish.
 
 Concurrency: pyfuse3 runs handlers as concurrent trio tasks. The inode table
 and handle maps are changed only between awaits, so each change is atomic;
-nodes and handles are safe to share (see ``mountd.nodes``).
+nodes and handles are safe to share (see ``mountd.nodes``). ``Operations``
+is made inside the trio run that serves the mount (it keeps that run's clock).
 """
 
 from __future__ import annotations
@@ -63,11 +64,9 @@ log = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_MODES = {
-    NodeType.DIR: stat_mod.S_IFDIR | 0o555,
-    NodeType.FILE: stat_mod.S_IFREG | 0o444,
-    NodeType.SYMLINK: stat_mod.S_IFLNK | 0o777,
-}
+DIR_MODE = stat_mod.S_IFDIR | 0o555
+FILE_MODE = stat_mod.S_IFREG | 0o444
+SYMLINK_MODE = stat_mod.S_IFLNK | 0o777
 BLOCK_SIZE = 1 << 20
 #: Seconds between two looks at the requests under way while draining.
 DRAIN_POLL = 0.01
@@ -113,7 +112,8 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
     @functools.wraps(fn)
     async def wrapped(self: Operations, *args: P.args, **kwargs: P.kwargs) -> R:
         self.requests[name] += 1
-        start = self.last_request = trio.current_time()
+        now = self.clock
+        start = self.last_request = now()
         if self.draining:
             self.errors["EIO"] += 1
             raise pyfuse3.FUSEError(errno.EIO)
@@ -131,7 +131,7 @@ def handler(fn: Callable[Concatenate[Operations, P], Awaitable[R]]
             raise pyfuse3.FUSEError(code) from None
         finally:
             self.in_flight -= 1
-            self.latency[latency_kind].add(trio.current_time() - start)
+            self.latency[latency_kind].add(now() - start)
 
     return wrapped
 
@@ -176,6 +176,9 @@ class Operations(pyfuse3.Operations):
         #: Requests being handled now, and when the last one arrived (trio's clock).
         self.in_flight = 0
         self.last_request = 0.0
+        #: The time of the trio run serving the mount (``trio.current_time``, as
+        #: one call: it is read twice per request).
+        self.clock = trio.lowlevel.current_clock().current_time
         #: Set by ``drain``: new requests fail with EIO.
         self.draining = False
 
@@ -196,7 +199,7 @@ class Operations(pyfuse3.Operations):
         whole or with EIO, not with the unmount's ENOTCONN."""
         self.draining = True
         with trio.move_on_after(grace):
-            while self.in_flight or trio.current_time() - self.last_request < DRAIN_QUIET:
+            while self.in_flight or self.clock() - self.last_request < DRAIN_QUIET:
                 await trio.sleep(DRAIN_POLL)
 
     # -- helpers --------------------------------------------------------
@@ -218,7 +221,7 @@ class Operations(pyfuse3.Operations):
 
     async def _check(self, node: Node, ctx: pyfuse3.RequestContext) -> None:
         """EACCES if the caller may not read the domain ``node`` is in."""
-        if await self._denied(node, ctx.uid):
+        if self.acls is not None and await self._denied(node, ctx.uid):
             raise pyfuse3.FUSEError(errno.EACCES)
 
     def _new_fh(self) -> int:
@@ -230,25 +233,41 @@ class Operations(pyfuse3.Operations):
         """Attributes of a node; ``denied`` is None when no ACL applies, else
         whether the caller is refused (mode 0) and the attributes are per
         user, so the kernel may not keep them for the next caller."""
+        entry = self._blank_entry()
+        self._fill_entry(entry, ino, st, denied)
+        return entry
+
+    def _blank_entry(self) -> pyfuse3.EntryAttributes:
+        """Attributes with the fields every node shares set; ``_fill_entry``
+        sets the others."""
         entry = pyfuse3.EntryAttributes()
-        entry.st_ino = ino
         entry.generation = 0
         entry.entry_timeout = self.ttl
-        # A stand-in size must not be kept: the next stat asks for the real one.
-        entry.attr_timeout = self.ttl if st.exact and not st.volatile and denied is None else 0
-        entry.st_mode = _MODES[st.type] if not denied else _MODES[st.type] & ~0o7777
         entry.st_nlink = 1
         entry.st_uid = self.owner.uid
         entry.st_gid = self.owner.gid
         entry.st_rdev = 0
-        entry.st_size = st.size
         entry.st_blksize = BLOCK_SIZE
+        return entry
+
+    def _fill_entry(self, entry: pyfuse3.EntryAttributes, ino: int, st: Stat,
+                    denied: bool | None) -> None:
+        """Set the fields of ``entry`` that are the node's own (see ``_entry``)."""
+        entry.st_ino = ino
+        # A stand-in size must not be kept: the next stat asks for the real one.
+        entry.attr_timeout = self.ttl if st.exact and not st.volatile and denied is None else 0
+        # Compared by identity: hashing an Enum member runs Python code, and
+        # this runs for every entry of every listing.
+        kind = st.type
+        mode = (FILE_MODE if kind is NodeType.FILE else DIR_MODE if kind is NodeType.DIR
+                else SYMLINK_MODE)
+        entry.st_mode = mode & ~0o7777 if denied else mode
+        entry.st_size = st.size
         entry.st_blocks = (st.size + 511) // 512
         mtime = int(st.mtime * 1e9)
         entry.st_atime_ns = mtime
         entry.st_mtime_ns = mtime
         entry.st_ctime_ns = int(st.ctime * 1e9)
-        return entry
 
     # -- lookups and attributes -----------------------------------------
 
@@ -267,12 +286,14 @@ class Operations(pyfuse3.Operations):
         st = await node.stat()
         ino = self.inodes.inode_of(node)
         self.inodes.remember(ino)
-        return self._entry(ino, st, await self._denied(node, ctx.uid))
+        return self._entry(ino, st, None if self.acls is None
+                           else await self._denied(node, ctx.uid))
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
-        return self._entry(inode, await node.stat(), await self._denied(node, ctx.uid))
+        return self._entry(inode, await node.stat(), None if self.acls is None
+                           else await self._denied(node, ctx.uid))
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         self.requests["forget"] += 1
@@ -338,36 +359,46 @@ class Operations(pyfuse3.Operations):
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         listing = self._dirs[fh]
         uid = self._dir_uids.get(fh, 0)
-        last: tuple[Stat, pyfuse3.EntryAttributes] | None = None
         hidden = CONTROL_DIR if fh in self._root_dirs else None
+        inodes = self.inodes
+        acls = self.acls
+        reply = pyfuse3.readdir_reply
+        # One attributes object for the whole reply (made with the first entry:
+        # the kernel's last readdir of a directory gets none): readdir_reply
+        # copies it at once, so each entry sets only the node's own fields,
+        # and entries sharing one Stat (a dataset's chunk files) only the inode.
+        entry: pyfuse3.EntryAttributes | None = None
+        last_stat: Stat | None = None
         # Lookups counted for this reply: if the listing fails part way, pyfuse3
         # sends the error alone, the kernel never sees these entries and will
         # never forget them, so the counts are taken back.
         added: list[int] = []
+        cookie = start_id
         try:
-            async for next_id, name, node, known in listing.entries(start_id):
-                if name == hidden:
-                    continue
-                st = known if known is not None else await listed_stat(node)
-                ino = self.inodes.inode_of(node)
-                if self.acls is not None:  # attributes per user: nothing shared
-                    entry = self._entry(ino, st, await self._denied(node, uid))
-                elif last is not None and last[0] is st:
-                    # Entries sharing one Stat (a dataset's chunk files) share the
-                    # attributes too: readdir_reply copies them at once.
-                    entry = last[1]
-                    entry.st_ino = ino
-                else:
-                    entry = self._entry(ino, st)
-                    last = (st, entry)
-                if not pyfuse3.readdir_reply(token, to_bytes(name), entry, next_id):
-                    self.inodes.drop_if_unused(ino)
-                    break
-                self.inodes.remember(ino)
-                added.append(ino)
+            while rows := await listing.rows_after(cookie):
+                for name, node, known in rows:
+                    cookie += 1
+                    if name == hidden:
+                        continue
+                    st = known if known is not None else await listed_stat(node)
+                    ino = inodes.inode_of(node)
+                    if entry is None:
+                        entry = self._blank_entry()
+                    if acls is not None:  # attributes per user
+                        self._fill_entry(entry, ino, st, await self._denied(node, uid))
+                    elif st is last_stat:
+                        entry.st_ino = ino
+                    else:
+                        self._fill_entry(entry, ino, st, None)
+                        last_stat = st
+                    if not reply(token, to_bytes(name), entry, cookie):
+                        inodes.drop_if_unused(ino)
+                        return
+                    inodes.remember(ino)
+                    added.append(ino)
         except BaseException:
             for ino in added:
-                self.inodes.forget(ino, 1)
+                inodes.forget(ino, 1)
             raise
 
     async def releasedir(self, fh: int) -> None:

@@ -50,13 +50,18 @@ class Memo:
     def get(self, key: Hashable, *deps: object) -> Any:
         """The value stored under ``key`` from exactly ``deps``, or None."""
         entry = self._items.get(key)
-        if entry is None or len(entry) != len(deps) + 2 or any(
-                a is not b for a, b in zip(entry[2:], deps, strict=True)):
-            self.misses += 1
-            return None
-        self._items.move_to_end(key)
-        self.hits += 1
-        return entry[0]
+        if entry is not None and len(entry) == len(deps) + 2:
+            pos = 2
+            for dep in deps:  # a loop, not any(): this runs for every entry listed
+                if entry[pos] is not dep:
+                    break
+                pos += 1
+            else:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return entry[0]
+        self.misses += 1
+        return None
 
     def put(self, key: Hashable, value: Any, size: int, *deps: object) -> None:
         """Keep ``value`` (never None), derived from ``deps``, costing about ``size`` bytes."""

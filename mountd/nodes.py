@@ -5,14 +5,21 @@ entry is, not its content); all content is produced by async methods that may
 do I/O. ``key`` identifies the entry so the inode table can give the same
 inode to the same entry however it was reached. Nodes know nothing of FUSE.
 
+A directory listing hands out its entries in batches (``rows_after``), so
+``readdir`` pays one await per batch rather than one per entry. Listings
+are computed whole (``SnapshotListing``), streamed (``StreamListing``), or
+whole when small and streamed otherwise (``SmallOrStreamListing``).
+
 Concurrency: nodes keep no mutable state, so any number of tasks may use one
 node at once. File handles (``FileHandle``) may also be read concurrently;
 each implementation guards its own lazily loaded content. A directory
 listing serialises its readers with a lock held only while it computes or
-takes a batch of entries (never across a ``yield``), so an abandoned reader
-cannot keep it locked. That lock (``QuietLock``) does not yield to trio when
-it is free: a ``find`` over 10,000 directories takes it 40,000 times, and a
-``trio.Lock`` checkpoint costs a scheduler round each time.
+takes a batch of entries (a batch is handed out as a list of its own, so
+nothing is held across the reader's awaits); a reader past the end of a
+stream already taken needs no lock. That lock (``QuietLock``) does not
+yield to trio when it is free: a ``find`` over 10,000 directories takes it
+tens of thousands of times, and a ``trio.Lock`` checkpoint costs a
+scheduler round each time.
 """
 
 from __future__ import annotations
@@ -117,7 +124,8 @@ class QuietLock:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._held = False
-        self._waiters.unpark()
+        if self._waiters:
+            self._waiters.unpark()
 
 
 class Row(NamedTuple):
@@ -130,20 +138,39 @@ class Row(NamedTuple):
 
 
 class DirListing(ABC):
-    """One open directory: its entries, read in pieces by cookie."""
+    """One open directory: its entries, read in pieces by cookie.
+
+    Cookies are entry numbers: cookie ``n`` resumes after the ``n``-th entry,
+    and 0 is the start. Entries come in batches (``rows_after``), so a
+    ``readdir`` costs one await per batch, not one per entry.
+    """
 
     @abstractmethod
-    def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
-        """Yield ``(next_id, name, node, stat or None)`` for the entries after
-        cookie ``start``.
+    async def rows_after(self, start: int) -> Sequence[Row]:
+        """The entries after cookie ``start``, in order; empty at the end.
 
-        ``start`` is 0 for the first call and otherwise a ``next_id`` this
-        listing yielded before; ids are stable for the life of the listing.
+        The entry at position ``i`` of the batch has cookie ``start + i + 1``;
+        a batch may stop short of the end (ask again from its last cookie).
+        ``start`` is 0 or a cookie this listing gave before; cookies are
+        stable for the life of the listing.
         """
+
+    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
+        """Yield ``(cookie, name, node, stat or None)`` for every entry after
+        cookie ``start``, batch by batch: a walk over the tree outside FUSE."""
+        pos = start
+        while batch := await self.rows_after(pos):
+            for name, node, st in batch:
+                pos += 1
+                yield pos, name, node, st
 
     @abstractmethod
     async def aclose(self) -> None:
         """Release what the listing holds (at releasedir); never raises."""
+
+
+#: Most entries one ``SnapshotListing.rows_after`` call gives (bounds its copy).
+SNAPSHOT_BATCH = 1024
 
 
 class SnapshotListing(DirListing):
@@ -154,16 +181,14 @@ class SnapshotListing(DirListing):
         self._items: Sequence[Row] | None = None
         self._lock = QuietLock()
 
-    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
+    async def rows_after(self, start: int) -> Sequence[Row]:
         items = self._items
         if items is None:
             async with self._lock:
                 if self._items is None:
                     self._items = await self._compute()
                 items = self._items
-        for pos in range(start, len(items)):
-            name, node, st = items[pos]
-            yield pos + 1, name, node, st
+        return items[start:start + SNAPSHOT_BATCH]
 
     async def aclose(self) -> None:
         self._items = None
@@ -171,27 +196,31 @@ class SnapshotListing(DirListing):
 
 #: Entries a streaming listing keeps, so a reader can resume from a recent cookie.
 STREAM_WINDOW = 512
-#: Entries a streaming listing takes from its stream per turn of its lock.
+#: Entries a streaming listing takes from its stream per turn of its lock, and
+#: the most entries one batch of a stream may hold.
 STREAM_BATCH = 64
 
 
 class StreamListing(DirListing):
     """A listing read lazily from a stream of entries, never held whole.
 
-    Cookies are entry numbers: cookie ``n`` resumes after the ``n``-th entry
-    of the stream. The last ``window`` entries are kept, which covers the
+    The stream gives its entries in batches of at most ``STREAM_BATCH``.
+    Cookie ``n`` resumes after the ``n``-th entry of the stream. The last
+    ``window`` entries (at least two batches) are kept, which covers the
     kernel re-asking from the last cookie it accepted when its buffer filled.
-    A cookie older than that restarts the stream and skips forward to it; the
-    stream must give the same entries in the same order each time (storage
-    listings do, while nothing is written).
+    A cookie older than that restarts the stream and skips forward to it;
+    the stream must give the same entries in the same order each time
+    (storage listings do, while nothing is written).
     """
 
-    def __init__(self, open_stream: Callable[[], AsyncIterator[Row]],
+    def __init__(self, open_stream: Callable[[], AsyncIterator[Sequence[Row]]],
                  window: int = STREAM_WINDOW) -> None:
+        if window < 2 * STREAM_BATCH:
+            raise ValueError(f"a stream window holds at least {2 * STREAM_BATCH} entries")
         self._open = open_stream
         self.window = window
         self.restarts = 0
-        self._stream: AsyncIterator[Row] | None = None
+        self._stream: AsyncIterator[Sequence[Row]] | None = None
         self._taken = 0  # entries taken from the current stream
         self._ended = False
         self._recent: deque[Row] = deque(maxlen=window)
@@ -202,33 +231,30 @@ class StreamListing(DirListing):
         """Entries held now (at most ``window``)."""
         return len(self._recent)
 
-    async def entries(self, start: int) -> AsyncIterator[tuple[int, str, Node, Stat | None]]:
-        pos = start
-        while True:
-            async with self._lock:
-                batch = await self._batch_after(pos)
-            if not batch:
-                return
-            for name, node, st in batch:
-                pos += 1
-                yield pos, name, node, st
+    async def rows_after(self, start: int) -> Sequence[Row]:
+        if self._ended and start >= self._taken - len(self._recent):
+            # All taken and still kept (a reader at the end): nothing to await.
+            return list(itertools.islice(self._recent, start - (self._taken - len(self._recent)),
+                                         None))
+        async with self._lock:
+            return await self._batch_after(start)
 
     async def _batch_after(self, pos: int) -> list[Row]:
-        """Up to ``STREAM_BATCH`` entries after cookie ``pos``."""
+        """The entries kept after cookie ``pos``, once at least ``STREAM_BATCH``
+        of them (or the rest of the stream) are taken."""
         if self._stream is None or pos < self._taken - len(self._recent):
             await self._restart()
-        count = min(STREAM_BATCH, self.window)
-        while self._taken < pos + count and await self._pull():
+        while self._taken < pos + STREAM_BATCH and await self._pull():
             pass
         first = self._taken - len(self._recent)  # cookie just before the oldest kept entry
         return list(itertools.islice(self._recent, pos - first, None))
 
     async def _pull(self) -> bool:
-        """Take one more entry from the stream; False at its end."""
+        """Take one more batch from the stream; False at its end."""
         if self._ended or self._stream is None:
             return False
         try:
-            entry = await anext(self._stream)
+            batch = await anext(self._stream)
         except StopAsyncIteration:
             self._ended = True
             return False
@@ -236,8 +262,8 @@ class StreamListing(DirListing):
             # The stream is finished by its error; the next reader starts afresh.
             self._stream = None
             raise
-        self._recent.append(entry)
-        self._taken += 1
+        self._recent.extend(batch)
+        self._taken += len(batch)
         return True
 
     async def _restart(self) -> None:
@@ -255,6 +281,44 @@ class StreamListing(DirListing):
         if close is not None:
             with contextlib.suppress(Exception):
                 await close()
+
+
+class SmallOrStreamListing(DirListing):
+    """A listing that is whole when its directory can give every row at once
+    (a small directory whose rows are at hand), else a ``StreamListing``.
+
+    ``whole`` is asked once, at the first read: the rows, or None to stream
+    them from ``open_stream`` (then ``stream`` is that listing). A small
+    directory so costs no stream, no window and no lock after its first read.
+    """
+
+    def __init__(self, whole: Callable[[], Awaitable[Sequence[Row] | None]],
+                 open_stream: Callable[[], AsyncIterator[Sequence[Row]]]) -> None:
+        self._whole = whole
+        self._open = open_stream
+        self._rows: Sequence[Row] | None = None
+        self.stream: StreamListing | None = None
+        self._lock = QuietLock()
+
+    async def rows_after(self, start: int) -> Sequence[Row]:
+        if self._rows is None and self.stream is None:
+            async with self._lock:
+                if self._rows is None and self.stream is None:
+                    rows = await self._whole()
+                    if rows is None:
+                        self.stream = StreamListing(self._open)
+                    else:
+                        self._rows = rows
+        rows = self._rows
+        if rows is not None:
+            return rows[start:start + SNAPSHOT_BATCH]
+        stream = self.stream
+        return [] if stream is None else await stream.rows_after(start)
+
+    async def aclose(self) -> None:
+        self._rows = None
+        if self.stream is not None:
+            await self.stream.aclose()
 
 
 class DirNode(Node):

@@ -32,9 +32,21 @@ from mountd.chunkcache import ChunkCache
 from mountd.errors import NotFound, StorageError
 from mountd.metacache import CachedCatalog
 from mountd.names import display_name, escape, unescape
-from mountd.nodes import STREAM_WINDOW, DirNode, FileNode, Node, StreamListing, SymlinkNode
-from mountd.tree import Tree
+from mountd.nodes import (
+    STREAM_BATCH,
+    STREAM_WINDOW,
+    DirNode,
+    FileNode,
+    Node,
+    Row,
+    SmallOrStreamListing,
+    Stat,
+    StreamListing,
+    SymlinkNode,
+)
+from mountd.tree import Tree, meta
 from mountd.tree.groups import GroupDir
+from mountd.tree.paths import ObjPath
 from mountd.tree.viewnodes import ViewHandle
 from tests.modelcat import MemoryCatalog, dataset, float_type, group
 
@@ -422,10 +434,10 @@ def catalog_with(**datasets: Dataset) -> MemoryCatalog:
     return MemoryCatalog(domains, objects, {}, single_domain="f.h5")
 
 
-async def kernel_readdir(listing: StreamListing, start: int, rng: np.random.Generator,
+async def kernel_readdir(listing: SmallOrStreamListing, start: int, rng: np.random.Generator,
                          buffer: int = 40) -> list[str]:
-    """Read a listing as the kernel does: fill a buffer, keep only part of it
-    (the rest did not fit), and ask again from the last cookie it kept."""
+    """Read a streamed listing as the kernel does: fill a buffer, keep only part
+    of it (the rest did not fit), and ask again from the last cookie it kept."""
     names: list[str] = []
     cookie = start
     while True:
@@ -439,7 +451,7 @@ async def kernel_readdir(listing: StreamListing, start: int, rng: np.random.Gene
         keep = int(rng.integers(1, len(got) + 1))
         names.extend(name for _, name in got[:keep])
         cookie = got[keep - 1][0]
-        assert listing.kept <= listing.window
+        assert listing.stream is not None and listing.stream.kept <= listing.stream.window
 
 
 @pytest.mark.slow
@@ -452,26 +464,39 @@ def test_dataset_listing_streams_200k_chunks() -> None:
         node = await walk(tree, "big")
         assert isinstance(node, DirNode)
         listing = node.open_listing()
-        assert isinstance(listing, StreamListing)
+        assert isinstance(listing, SmallOrStreamListing)
         expected = [".zarray", ".zattrs", *(".".join(map(str, i)) for i in store.storage_order())]
         names = await kernel_readdir(listing, 0, np.random.default_rng(1))
+        stream = listing.stream
+        assert isinstance(stream, StreamListing)
         # every name once, in storage order, from one pass over the store
         assert names == expected
         assert len(set(names)) == 200_002
-        assert store.listings == 1 and listing.restarts == 0
-        assert listing.kept <= listing.window == STREAM_WINDOW
+        assert store.listings == 1 and stream.restarts == 0
+        assert stream.kept <= stream.window == STREAM_WINDOW
         # a cookie older than the window restarts the stream and skips to it; the
         # whole listing was kept (compactly), so the restart needs no storage listing
         # and gives the same order
         names = await kernel_readdir(listing, 1000, np.random.default_rng(2))
         assert names == expected[1000:]
-        assert listing.restarts == 1 and store.listings == 1 and store.max_open == 1
+        assert stream.restarts == 1 and store.listings == 1 and store.max_open == 1
         # a recent cookie is served from the window, without a restart
         tail = [name async for _, name, _, _ in listing.entries(len(expected) - 10)]
-        assert tail == expected[-10:] and listing.restarts == 1
+        assert tail == expected[-10:] and stream.restarts == 1
         await listing.aclose()
         assert store.open_listings == 0
     trio.run(main)
+
+
+def test_stream_window_holds_two_batches() -> None:
+    """Batches of up to STREAM_BATCH rows must not push the reader's cookie out."""
+    async def nothing() -> AsyncIterator[list[Row]]:
+        return
+        yield []
+
+    with pytest.raises(ValueError):
+        StreamListing(nothing, window=2 * STREAM_BATCH - 1)
+    assert StreamListing(nothing, window=2 * STREAM_BATCH).window == 2 * STREAM_BATCH
 
 
 class SparseChunks(GeneratedChunks):
@@ -660,6 +685,55 @@ def test_meta_files_render_once_per_object_instance() -> None:
         doc = json.loads(await read_all(node))
         assert doc["attributes"] == {"units": "m"}
         assert (await node.stat()).size == len(await read_all(node)) != size
+    trio.run(main)
+
+
+def test_small_dataset_rows_are_kept_with_the_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset whose rows fit one batch is listed from memoised rows, with the
+    Zarr files' exact sizes, while the catalog hands out the same object; a
+    Zarr file whose stat failed is left for readdir and nothing is kept."""
+    async def rows(node: Node) -> list[tuple[str, Node, Stat | None]]:
+        assert isinstance(node, DirNode)
+        return [(name, child, st) async for _, name, child, st in node.open_listing().entries(0)]
+
+    async def main() -> None:
+        catalog = make_catalog()
+        tree = Tree(catalog)
+        node = await walk(tree, "home/u/f.h5/g1/dset")
+        await rows(node)  # from storage: the chunk list is learnt
+        real = meta._render_zattrs
+
+        async def broken(tree: Tree, op: ObjPath, obj: AnyObject) -> meta.Rendered:
+            raise StorageError(op.h5path, "unreadable attributes")
+
+        monkeypatch.setattr(meta, "_render_zattrs", broken)
+        failed = await rows(node)
+        assert [(name, st is None) for name, _, st in failed] == [
+            (".zarray", False), (".zattrs", True), ("0.0", False), ("1.1", False),
+            ("3.2", False)]
+        monkeypatch.setattr(meta, "_render_zattrs", real)
+        first = await rows(node)
+        misses = tree.memo.misses
+        again = await rows(node)
+        assert tree.memo.misses == misses
+        listing = node.open_listing()  # whole: no stream behind it
+        assert isinstance(listing, SmallOrStreamListing)
+        assert [name for name, _, _ in await listing.rows_after(2)] == ["0.0", "1.1", "3.2"]
+        assert listing.stream is None
+        assert [(name, id(child), st) for name, child, st in again] == \
+            [(name, id(child), st) for name, child, st in first]
+        for name, child, st in first[:2]:
+            assert st is not None and st.size == len(await read_all(child)), name
+        # a refreshed object is listed afresh (its chunks from storage again,
+        # then from the list learnt), with its new sizes
+        old = catalog.objects["d-1"]
+        catalog.objects["d-1"] = dataclasses.replace(old, attrs=(Attribute("units", "m"),))
+        assert [name for name, _, _ in await rows(node)] == [name for name, _, _ in first]
+        fresh = await rows(node)
+        assert [name for name, _, _ in fresh] == [name for name, _, _ in first]
+        zattrs = fresh[1]
+        assert zattrs[2] is not None and zattrs[2] != first[1][2]
+        assert zattrs[2].size == len(await read_all(zattrs[1]))
     trio.run(main)
 
 

@@ -3,13 +3,17 @@
 Owns ``DatasetDir`` (one file per stored chunk, named by grid index, plus
 ``.zarray`` and ``.zattrs``), ``ChunkFile`` (one decoded chunk) and the
 chunk-file naming rules. A dataset directory streams its chunk names from
-storage (``StreamListing``); it never holds them all. The chunk indices of
+storage (``StreamListing``); it never holds them all, except a small one's. The chunk indices of
 a dataset (at most ``MAX_KEPT_CHUNKS``), once listed whole, are memoised
 with the dataset object as a ``ChunkList``, so listing it again (in the
 same order) and looking up its chunks need no storage round trip until the
-object is fetched anew (``-o metadata_ttl``). A small dataset (at most ``SMALL_LISTING`` chunks)
-is listed ahead in the background when a walker is coming
-(``mountd.tree.preload``). Reading chunk files in grid order prefetches the
+object is fetched anew (``-o metadata_ttl``). A dataset whose rows (Zarr
+files and chunk files) fit one ``STREAM_BATCH`` also has its rows, with
+their stats, memoised with the dataset object and the domain, and is
+listed whole from them (``SmallOrStreamListing``): listing it again makes
+no node, no stream and renders nothing. A small dataset (at most
+``SMALL_LISTING`` chunks) is listed ahead in the background when a walker
+is coming (``mountd.tree.preload``). Reading chunk files in grid order prefetches the
 next chunks (``Tree.chunk_file_read``).
 
 Concurrency: nodes are immutable; a listing is one stream per open
@@ -18,6 +22,8 @@ directory, and what it learns is memoised by synchronous calls.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections.abc import AsyncIterator, Hashable
 from typing import TYPE_CHECKING
@@ -25,8 +31,9 @@ from typing import TYPE_CHECKING
 from layouts.model import ChunkIndex, Dataset
 from mountd import zarrmeta
 from mountd.chunklist import ChunkList, ChunkListBuilder
-from mountd.errors import NotFound, StorageError
+from mountd.errors import MountError, NotFound, StorageError
 from mountd.nodes import (
+    STREAM_BATCH,
     BytesHandle,
     DirListing,
     FileHandle,
@@ -34,8 +41,8 @@ from mountd.nodes import (
     Node,
     NodeType,
     Row,
+    SmallOrStreamListing,
     Stat,
-    StreamListing,
 )
 from mountd.tree.meta import ZARRAY_NAME, ZATTRS_NAME, zarray_file, zattrs_file
 from mountd.tree.objdir import ObjectDir
@@ -50,6 +57,9 @@ SMALL_LISTING = 1000
 #: Most chunk indices of one dataset kept once listed (16 bytes each, in the memo);
 #: longer listings are read from storage each time.
 MAX_KEPT_CHUNKS = 4_000_000
+
+#: Rough bytes one memoised row of a small dataset costs, with its node.
+_ROW_BYTES = 400
 
 _CHUNK_NAME = re.compile(r"0|[1-9][0-9]*")
 
@@ -88,24 +98,44 @@ class DatasetDir(ObjectDir):
         return files
 
     def open_listing(self) -> DirListing:
-        return StreamListing(self._entries)
+        return SmallOrStreamListing(self._whole, self._batches)
 
-    async def _entries(self) -> AsyncIterator[Row]:
-        """The zarr files, then the stored chunks in storage order (never all held).
-        Chunk files of a fixed-size type all have the same stat, made once here."""
+    async def _whole(self) -> list[Row] | None:
+        """Every row, if the dataset's rows fit one ``STREAM_BATCH`` and its
+        chunks are known (memoised, ``_small_rows``); else None: stream them.
+        Tells the preloader that the directory is being listed, and waits for
+        a listing of it ahead to end."""
         ds = await self.tree.dataset(self.op)
         self.tree.preload.dir_opened(self)
-        for name, node in self._own_files(ds).items():
-            yield Row(name, node)
+        kept: list[Row] | None = self.tree.memo.get(self._rows_key, ds, self.op.domain)
+        if kept is not None:
+            return kept
+        await self.tree.preload.finished(self.op.key)
+        own = [Row(name, node) for name, node in self._own_files(ds).items()]
+        known = self._known_chunks(ds)
+        if known is not None and len(own) + len(known) <= STREAM_BATCH:
+            return await self._small_rows(ds, own, known)
+        return None
+
+    async def _batches(self) -> AsyncIterator[list[Row]]:
+        """The zarr files, then the stored chunks in storage order, in batches
+        of at most ``STREAM_BATCH`` (never all held). Chunk files of a
+        fixed-size type all have the same stat, made once here."""
+        ds = await self.tree.dataset(self.op)
+        batch = [Row(name, node) for name, node in self._own_files(ds).items()]
         chunk_stat = chunk_file_stat(self.tree, ds)
         suffix = zarrmeta.chunk_name_suffix(ds)
-        await self.tree.preload.finished(self.op.key)  # being listed ahead: wait for it
         known = self._known_chunks(ds)
         if known is not None:
-            for index in known:
-                yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
-                          chunk_stat)
-            return
+            indices = iter(known)
+            while True:
+                batch.extend(Row(chunk_name(index) + suffix,
+                                 ChunkFile(self.tree, self.op, index), chunk_stat)
+                             for index in itertools.islice(indices, STREAM_BATCH - len(batch)))
+                if not batch:
+                    return
+                yield batch
+                batch = []
         seen = ChunkListBuilder(_listing_grid(ds), MAX_KEPT_CHUNKS)
         stored = ds.store.iter_stored()
         try:
@@ -113,11 +143,43 @@ class DatasetDir(ObjectDir):
                 if not ds.in_grid(index):
                     continue
                 seen.add(index)
-                yield Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
-                          chunk_stat)
+                batch.append(Row(chunk_name(index) + suffix,
+                                 ChunkFile(self.tree, self.op, index), chunk_stat))
+                if len(batch) == STREAM_BATCH:
+                    yield batch
+                    batch = []
         finally:
             await _close(stored)
+        if batch:
+            yield batch
         self._remember_chunks(ds, seen)
+
+    @property
+    def _rows_key(self) -> Hashable:
+        return ("rows", self.op.key)
+
+    async def _small_rows(self, ds: Dataset, own: list[Row], known: ChunkList) -> list[Row]:
+        """Every row of a dataset whose few chunks are ``known``: the Zarr files
+        with their stats, then the chunk files. Memoised with the dataset object
+        and the domain, which those stats and the chunk list derive from (as
+        a group's rows are), unless a stat failed: readdir then stats that
+        file itself and reports the error."""
+        rows: list[Row] = []
+        whole = True
+        for name, node, _ in own:
+            try:
+                rows.append(Row(name, node, await node.listed()))
+            except MountError:
+                rows.append(Row(name, node))
+                whole = False
+        chunk_stat = chunk_file_stat(self.tree, ds)
+        suffix = zarrmeta.chunk_name_suffix(ds)
+        rows.extend(Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
+                        chunk_stat) for index in known)
+        if whole:
+            self.tree.memo.put(self._rows_key, rows, _ROW_BYTES * len(rows), ds,
+                               self.op.domain)
+        return rows
 
     def _chunks_key(self, ds: Dataset) -> Hashable:
         return ("chunks", self.op.domain.path, ds.id)
@@ -193,7 +255,7 @@ class ChunkFile(InDomain, FileNode):
         self.op = op
         self.index = index
 
-    @property
+    @functools.cached_property
     def key(self) -> Hashable:
         return ("chunk", self.op.key, self.index)
 

@@ -19,6 +19,7 @@ render, and the second one's is kept (the memo's rule for pure derivations).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
@@ -61,7 +62,7 @@ class MetaFile(InDomain, FileNode):
         self.name = name
         self._render = render
 
-    @property
+    @functools.cached_property
     def key(self) -> Hashable:
         return ("meta", self.name, self.op.key)
 

@@ -13,6 +13,7 @@ tree's memo by synchronous calls.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ class ObjectDir(InDomain, DirNode):
         self.tree = tree
         self.op = op
 
-    @property
+    @functools.cached_property
     def key(self) -> Hashable:
         return ("dir", self.op.key)
 

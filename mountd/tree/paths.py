@@ -62,6 +62,11 @@ class ObjPath:
     def key(self) -> Hashable:
         return (self.domain.path, self.names)
 
+    @property
+    def parent_key(self) -> Hashable:
+        """``parent.key``, without making the parent."""
+        return (self.domain.path, self.names[:-1])
+
 
 #: Fetches the object at a path (the tree's ``Tree.obj``).
 FetchObject = Callable[[ObjPath], Awaitable[AnyObject]]

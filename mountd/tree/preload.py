@@ -75,7 +75,7 @@ class Preloader:
         nursery = self._cache.nursery
         if nursery is None or not node.op.names:
             return
-        for child in self._dirs.opened(node.op.parent.key, node.op.key):
+        for child in self._dirs.opened(node.op.parent_key, node.op.key):
             if not child.loaded() and child.op.key not in self._loading:
                 # Registered now, not when the task first runs, so a listing
                 # that comes before then waits for this load, not repeats it.

@@ -26,6 +26,7 @@ read the kept size (or compute it themselves if it failed).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
@@ -122,7 +123,7 @@ class _ViewEntry(InDomain):
         self.view = view
         self.names = names
 
-    @property
+    @functools.cached_property
     def key(self) -> Hashable:
         return ("view", self.op.key, self.view.suffix, self.names)
 
