@@ -466,6 +466,6 @@ def test_listing_is_refused(server: RangeHttpServer) -> None:
         with pytest.raises(StorageError, match="cannot list"):
             store.iter_dir("data/")
         with pytest.raises(StorageError, match="cannot list"):
-            store.iter_keys("")
+            await store.list_tree("", lambda key: True, 10)
     run(server.url, test)
     assert server.requests() == []
