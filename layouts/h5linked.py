@@ -332,6 +332,9 @@ class ContiguousRefStore:
             for index in np.ndindex(*self._spec.grid):
                 yield index
 
+    def listing_ready(self) -> bool:
+        return True  # every chunk of the grid, from its shape alone
+
 
 # --------------------------------------------------------------------------- chunked
 
@@ -386,3 +389,6 @@ class ChunkedRefStore:
         async for index in self._locator.indices():
             if self._spec.in_grid(index):
                 yield index
+
+    def listing_ready(self) -> bool:
+        return False

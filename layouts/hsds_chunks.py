@@ -508,6 +508,14 @@ class HsdsChunkStore:
             async for index in self._iter_dir(prefix, int(number)):
                 yield index
 
+    def listing_ready(self) -> bool:
+        """True for a dataset with no chunks, or whose domain's listing is current."""
+        if self._grid is None:
+            return True
+        uuid1 = self._dset.uuid1
+        return self._index is not None and uuid1 is not None and \
+            self._index.fresh(uuid1) is not None
+
     def _indexed(self, names: list[str]) -> Iterator[ChunkIndex]:
         """The chunks among the names a domain listing found under the chunk
         directory, by the same rules as listing it (``_iter_dir``)."""

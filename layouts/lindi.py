@@ -408,6 +408,9 @@ class RefChunkStore:
             if index is not None:
                 yield index
 
+    def listing_ready(self) -> bool:
+        return True  # the names are in the reference file, in memory
+
 
 class NoExternalStore:
     """An ``_EXTERNAL_ARRAY_LINK`` dataset on a mount that cannot read HDF5 files."""
@@ -431,6 +434,9 @@ class NoExternalStore:
     async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
         for index in await self._stored():
             yield index
+
+    def listing_ready(self) -> bool:
+        return True  # it fails at once
 
 
 # --------------------------------------------------------------------------- the catalog

@@ -261,6 +261,9 @@ class ExternalArrayStore:
         for index in sorted((await self._get_plan()).stored):
             yield index
 
+    def listing_ready(self) -> bool:
+        return False
+
     async def read(self, index: ChunkIndex) -> bytes | None:
         if not self._in_grid(index):
             return None

@@ -205,6 +205,11 @@ class ChunkStore(Protocol):
         """Indices of the stored chunks, lazily, in no promised order."""
         ...
 
+    def listing_ready(self) -> bool:
+        """True if ``iter_stored`` needs no storage round trip now (the listing is
+        at hand), so listing the chunks ahead of a reader would save nothing."""
+        ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Dataset(H5Object):

@@ -39,6 +39,9 @@ class MemoryChunks:
         for index in list(self.chunks):
             yield index
 
+    def listing_ready(self) -> bool:
+        return False
+
 
 class MemoryCatalog:
     """Folders are given as name lists; objects by id within each domain."""

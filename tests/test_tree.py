@@ -418,6 +418,9 @@ class GeneratedChunks:
         finally:
             self.open_listings -= 1
 
+    def listing_ready(self) -> bool:
+        return False
+
 
 def generated_dataset(obj_id: str, grid: tuple[int, ...], chunks: tuple[int, ...],
                       delay: float = 0.0, list_delay: float = 0.0) -> Dataset:

@@ -196,8 +196,11 @@ class DatasetDir(ObjectDir):
             self.tree.memo.put(self._chunks_key(ds), chunks, chunks.nbytes, ds)
 
     def loaded(self) -> bool:
+        """True once the chunks are known, or listing them needs no round trip
+        (the domain's listing is at hand): nothing to load ahead."""
         ds = self.tree.peek(self.op)
-        return isinstance(ds, Dataset) and self._known_chunks(ds) is not None
+        return isinstance(ds, Dataset) and (self._known_chunks(ds) is not None
+                                            or ds.store.listing_ready())
 
     async def preload(self) -> None:
         """List the chunks of a small dataset ahead (one storage round trip)."""
