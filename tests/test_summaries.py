@@ -48,7 +48,9 @@ DOMAIN = "/home/admin/scanned.h5"
 BUCKET = "scanned-domain"
 #: Datasets in ``/many``: more than a walk reads one by one before it lists a domain.
 DATASETS = 40
-TTL = 2.0
+#: Long enough for a walk of the domain on a busy machine (a walk that outlasts
+#: it lists the domain again), short enough to wait for.
+TTL = 5.0
 #: Longer than ``TTL`` plus the kernel's attribute timeout (also ``TTL``).
 SETTLE = 2 * TTL + 1.0
 #: How long the domain rests between its last write and its scan: objects
