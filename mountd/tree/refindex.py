@@ -19,6 +19,7 @@ epoch answers the task that built it and is stale for every later one.
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable, Hashable
 
 from layouts.model import Domain, Group, LinkKind, ObjectKind, ObjectRef
@@ -97,7 +98,6 @@ class RefIndex:
             total -= len(gone)
 
     def resolver(self, domain: Domain) -> RefResolver:
-        """Resolves the references of ``domain``'s objects to paths."""
-        async def resolve(ref: ObjectRef) -> str | None:
-            return await self.ref_path(domain, ref)
-        return resolve
+        """Resolves the references of ``domain``'s objects to paths (a partial, not a
+        closure: one is made for every sidecar, ``.zattrs`` and xattr rendered)."""
+        return functools.partial(self.ref_path, domain)
