@@ -282,7 +282,7 @@ class LocalStore:
         async def scan(batch: list[tuple[str, str]]) -> None:
             async with self._tree_limiter:
                 found.append(await self._run(batch[0][1],
-                                             lambda: self._scan_dirs(batch, info_for)))
+                                             lambda: self._scan_dirs(batch, info_for, limit)))
 
         level = [(self._path(prefix), prefix)]
         while level:
@@ -299,21 +299,27 @@ class LocalStore:
         return out
 
     @staticmethod
-    def _scan_dirs(dirs: list[tuple[str, str]], info_for: Callable[[str], bool]
+    def _scan_dirs(dirs: list[tuple[str, str]], info_for: Callable[[str], bool], limit: int
                    ) -> tuple[list[tuple[str, ObjectInfo | None]], list[tuple[str, str]]]:
         """The files (with the infos asked for) and subdirectories (their paths and
         key prefixes) of each of ``dirs`` (path, key prefix); one that is gone or
         not a directory has none. The paths are the store's own, joined from
-        names a scan gave, so they need no check."""
+        names a scan gave, so they need no check. Past ``limit`` files the scan
+        stops (the listing is given up: a directory of a million chunks is not
+        read whole)."""
         files: list[tuple[str, ObjectInfo | None]] = []
         subdirs: list[tuple[str, str]] = []
         for path, prefix in dirs:
+            if len(files) > limit:
+                break
             try:
                 it = os.scandir(path)
             except (FileNotFoundError, NotADirectoryError):
                 continue
             with it:
                 for entry in it:
+                    if len(files) > limit:
+                        break
                     name = entry.name
                     if entry.is_dir(follow_symlinks=False):
                         subdirs.append((entry.path, f"{prefix}{name}/"))
