@@ -379,12 +379,12 @@ class HsdsCatalog:
         kept = state.built.get(hid.id)
         if kept is not None and kept[0] == found.etag:
             return kept[1]
-        doc = state.docs.pop(hid.id, None)
-        if doc is None:
+        entry = state.docs.pop(hid.id, None)
+        if entry is None:
             return None
         try:
-            obj = await self._build(hid, doc, found.mtime)
-        except LayoutError:
+            obj = await self._build(hid, storedjson.loads(entry), found.mtime)
+        except (ValueError, LayoutError):
             return None  # the entry does not build: the object's own JSON says why
         state.built[hid.id] = (found.etag, obj)
         return obj

@@ -57,9 +57,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
@@ -113,8 +112,8 @@ class DomainState:
     #: When the listing began (the index's clock).
     started: float
     listing: DomainListing
-    #: Trusted summary entries not built yet, by object id.
-    docs: dict[str, dict[str, Any]]
+    #: Trusted summary entries not built yet (their JSON text), by object id.
+    docs: dict[str, str]
     #: Objects built while this state or one before it was current, by id:
     #: (the validator of the JSON they were built from, the object).
     built: dict[str, tuple[str, AnyObject]] = field(default_factory=dict)
@@ -285,7 +284,7 @@ class DomainIndex:
         kept = previous.summary if previous is not None else None
         if kept is not None and (kept.etag, kept.info_etag) == (listing.summary.etag,
                                                                  listing.info.etag):
-            docs: dict[str, dict[str, Any]] | None = previous.docs if previous else {}
+            docs: Mapping[str, str | None] | None = previous.docs if previous else {}
             summary: KeptSummary | None = kept
         else:
             docs, summary = await self._summary(uuid1, listing)
@@ -304,7 +303,7 @@ class DomainIndex:
         return state
 
     async def _summary(self, uuid1: str, listing: DomainListing
-                       ) -> tuple[dict[str, dict[str, Any]] | None, KeptSummary | None]:
+                       ) -> tuple[dict[str, str | None] | None, KeptSummary | None]:
         """The entries of the domain's summary and what identifies it, fetched and
         parsed now; (None, None) when it cannot be used (logged once)."""
         prefix = root_prefix(uuid1)

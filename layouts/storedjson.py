@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 
-def loads(raw: bytes) -> Any:
+def loads(raw: bytes | str) -> Any:
     """Parse JSON from storage: orjson, or ``json`` for what orjson refuses
     (``NaN``/``Infinity`` literals, integers past 64 bits, lone surrogates).
 
@@ -22,4 +22,4 @@ def loads(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)

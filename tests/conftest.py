@@ -12,6 +12,7 @@ The S3 fixtures run one moto S3 server for the session (``moto``):
 bucket (at the top of a bucket, and under a prefix), so an S3 mount can be
 compared byte for byte, ids included, with a local mount; ``hsds_s3_direct`` is
 a bucket that a real HSDS wrote onto moto itself (S3 storage mode).
+Every test gets back the root logger's level it started with.
 """
 
 from __future__ import annotations
@@ -95,6 +96,16 @@ class HsdsBucket:
     def domains(self) -> list[tuple[str, Path]]:
         """(domain key, local .h5) pairs, sorted by domain."""
         return sorted(self.files.items())
+
+
+@pytest.fixture(autouse=True)
+def _root_log_level() -> Iterator[None]:
+    """Give back the root logger's level after each test: opening an
+    ``h5pyd.File`` sets it to ERROR for the rest of the process, which hid the
+    log lines later tests look for."""
+    level = logging.root.level
+    yield
+    logging.root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

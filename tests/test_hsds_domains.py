@@ -92,9 +92,25 @@ def test_summary_rules() -> None:
     def summary(doc: Any, mtime: float = 120.0) -> Fetched:
         return Fetched(json.dumps(doc).encode(), ObjectInfo(1, "s", mtime))
 
-    assert hsds_summary.parse_summary(U1, "k", summary(entries), 111.0) == entries
+    texts = hsds_summary.parse_summary(U1, "k", summary(entries), 111.0)
+    assert {k: json.loads(v) for k, v in texts.items() if v is not None} == entries
+    # a dataset entry without its layout is named, never to stand in
+    assert hsds_summary.parse_summary(U1, "k", summary({b: {}}), 111.0) == {b: None}
+    spaced = b'\n { "%s" :\t{ "links" : {} } , "%s":{"creationProperties": ' \
+             b'{"layout": {"class": "x"}}}}  \n' % (a.encode(), b.encode())
+    assert hsds_summary.parse_summary(U1, "k", Fetched(spaced, ObjectInfo(1, "s", 120.0)),
+                                      111.0) == texts | {a: '{ "links" : {} }'}
+    assert hsds_summary.parse_summary(U1, "k", summary({}), 111.0) == {}
     for bad, why in ((summary(entries, 100.0), "older than"),
                      (Fetched(b"{", ObjectInfo(1, "s", 120.0)), "not valid JSON"),
+                     (Fetched(b'{"%s": {}} x' % a.encode(), ObjectInfo(1, "s", 120.0)),
+                      "not valid JSON"),
+                     (Fetched(b'{"%s": {} "%s": {}}' % (a.encode(), b.encode()),
+                              ObjectInfo(1, "s", 120.0)), "not valid JSON"),
+                     (Fetched(b'{"%s" {}}' % a.encode(), ObjectInfo(1, "s", 120.0)),
+                      "not valid JSON"),
+                     (Fetched(b'{1: {}}', ObjectInfo(1, "s", 120.0)), "not valid JSON"),
+                     (Fetched(b"\xff", ObjectInfo(1, "s", 120.0)), "not valid JSON"),
                      (summary({"g-00000000-00000000-0000-000000-000000": {}}), "not objects"),
                      (summary({a: []}), "not objects"), (summary([]), "not a JSON object")):
         with pytest.raises(Corrupt, match=why):
@@ -106,9 +122,10 @@ def test_summary_rules() -> None:
     with pytest.raises(Corrupt, match="misses 1"):
         hsds_summary.check_cover("k", _listing({a: 50.0, b: 60.0}), {a: {}}, 95.0)
     # only objects from before the cutoff, and datasets that hold their layout
-    assert list(hsds_summary.trusted(_listing({a: 50.0, b: 60.0}), entries, 95.0)) == [a, b]
-    assert list(hsds_summary.trusted(_listing({a: 50.0, b: 96.0}), entries, 95.0)) == [a]
-    assert list(hsds_summary.trusted(_listing({a: 50.0, b: 60.0}), {a: {}, b: {}}, 95.0)) == [a]
+    assert list(hsds_summary.trusted(_listing({a: 50.0, b: 60.0}), texts, 95.0)) == [a, b]
+    assert list(hsds_summary.trusted(_listing({a: 50.0, b: 96.0}), texts, 95.0)) == [a]
+    assert list(hsds_summary.trusted(_listing({a: 50.0, b: 60.0}), {a: "{}", b: None},
+                                     95.0)) == [a]
 
 
 # --------------------------------------------------------------------------- the bucket
