@@ -1,8 +1,8 @@
-"""Benchmark: HSDS gzip chunks (Blosc zlib frames) decoded by ``layouts.blosc``
+"""Benchmark: HSDS gzip chunks (Blosc zlib frames) decoded by ``layouts.hdf5._blosc``
 against numcodecs.
 
 This module owns one measurement: how fast the libdeflate fast path
-(``layouts.blosc.decode``) decodes realistic HSDS gzip chunks, against
+(``layouts.hdf5._blosc.decode``) decodes realistic HSDS gzip chunks, against
 ``numcodecs.blosc.decompress`` (zlib), on 1 thread and on 2 threads. The chunks
 are a smooth field plus noise quantised to 1/64 (the recipe of ``bench.data``),
 encoded by numcodecs' ``Blosc(cname="zlib", clevel=4, shuffle=SHUFFLE)``, the
@@ -38,7 +38,7 @@ import numcodecs
 import numpy as np
 from numcodecs import blosc as nc_blosc
 
-from layouts import blosc
+from layouts.hdf5 import _blosc as blosc
 
 MiB = 1 << 20
 CLEVEL = 4

@@ -54,7 +54,7 @@ import numpy as np
 
 from bench import bench_npy, bench_s3, s3data, s3peers
 from bench import data as benchdata
-from layouts.inflate import unblosc
+from layouts.hdf5._inflate import unblosc
 from tests.moto_server import MotoServer
 
 log = logging.getLogger("bench.bench_cpu")
@@ -318,7 +318,7 @@ def report(columns: list[tuple[str, Split]], repeat: int, command: str,
         *table(columns),
         "",
         "- codec is libdeflate (HSDS's Blosc frames with the zlib codec are inflated by "
-        "`layouts.blosc`), c-blosc and zlib. The daemon's kernel time on its main thread is "
+        "`layouts.hdf5._blosc`), c-blosc and zlib. The daemon's kernel time on its main thread is "
         "reading requests from /dev/fuse, copying replies into the page cache and, over S3, "
         "its sockets (trio runs them there); on its worker threads, reading files and "
         "faulting in new buffers. `cat`'s kernel time is copying the page cache out.",

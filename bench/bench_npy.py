@@ -14,7 +14,7 @@ delivered to the reader (each timed with ``time.perf_counter``, the median of
 - (c) h5py reading the local ``.h5`` (warm: one untimed read first);
 - (d) the decode limit: every chunk object of the dataset read from the
   bucket directory and decoded with ``numcodecs.blosc`` on 2 threads, no FUSE;
-  and the same with h5mount's own decoder (``layouts.inflate.unblosc``,
+  and the same with h5mount's own decoder (``layouts.hdf5._inflate.unblosc``,
   libdeflate for zlib frames), the "fast decode" row;
 - (e) ``cat`` of a 1 GiB file served from memory by ``bench.memfs`` (minimal
   pyfuse3), with the default readahead and with ``read_ahead_kb=1024``;
@@ -64,7 +64,7 @@ from numcodecs import blosc
 
 from bench import data as benchdata
 from bench import memfs
-from layouts.inflate import unblosc
+from layouts.hdf5._inflate import unblosc
 from tests import mounting
 
 log = logging.getLogger("bench.bench_npy")
@@ -154,7 +154,7 @@ def new_cases() -> dict[str, Case]:
              f"bucket chunk objects read + `numcodecs.blosc` decode, {DECODE_THREADS} threads, "
              "no FUSE", 0.37),
         Case("d_fast", "(d) fast decode",
-             f"the same with h5mount's own decode (`layouts.inflate.unblosc`: libdeflate for "
+             f"the same with h5mount's own decode (`layouts.hdf5._inflate.unblosc`: libdeflate for "
              f"zlib frames), {DECODE_THREADS} threads, no FUSE"),
         Case("e_default", "(e) memfs", "minimal pyfuse3 file from memory, default readahead",
              2.2),

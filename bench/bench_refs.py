@@ -22,7 +22,7 @@ reads the dataset ``/data`` (1 GiB decoded) whole, in these ways:
   and page cache hot (the peer of the warm target);
 - decoding alone: every chunk (its ``.zarray``'s zlib + shuffle) decoded
   from memory on 2 threads, by plain numcodecs and by the mount's own decoder
-  (``layouts.lindi_codecs``, which inflates with libdeflate): the ceiling.
+  (``layouts.formats.refs._codecs``, which inflates with libdeflate): the ceiling.
 
 Every reader runs as a subprocess that times itself (the open included,
 imports excluded) and reports its own CPU seconds; page caches are dropped
@@ -67,7 +67,7 @@ import numpy as np
 from bench import bench_npy, refpeers, refreport, s3peers
 from bench import data as benchdata
 from bench.bench_npy import Case, NotAvailable, Timed, timed, timed_cat, with_retries
-from layouts import lindi_codecs
+from layouts.formats.refs import _codecs as lindi_codecs
 from tests import mounting
 
 log = logging.getLogger("bench.bench_refs")
@@ -228,7 +228,7 @@ def run_h5py(run: Run) -> None:
 
 
 def mount_decoder(zarray: dict[str, Any]) -> refpeers.Decode:
-    """The mount's own chunk decoder (``layouts.lindi_codecs``) for a float ``.zarray``."""
+    """The mount's own chunk decoder (``layouts.formats.refs._codecs``) for a float ``.zarray``."""
     dtype = np.dtype(zarray["dtype"])
     configs = [*(zarray.get("filters") or []), *([zarray["compressor"]]
                                                   if zarray.get("compressor") else [])]

@@ -1,4 +1,4 @@
-"""Benchmark: ``P.csv`` of a ~1 GiB plain HDF5 table (``layouts.h5table``).
+"""Benchmark: ``P.csv`` of a ~1 GiB plain HDF5 table (``layouts.views._table``).
 
 This module owns the table benchmark's data and driver and the section it
 writes in ``docs/benchmarks.md``. The data, made once under
@@ -54,7 +54,7 @@ from h5json import objid
 
 from bench import bench_npy
 from bench.scaledata import STAMP, BucketWriter
-from layouts.lindi_types import type_json
+from layouts.formats.refs._types import type_json
 from tests import mounting
 
 log = logging.getLogger("bench.bench_table")

@@ -5,7 +5,7 @@ bucket, each returning ``(seconds, decoded bytes)``:
 
 - :class:`ChunkFetcher`: plain aiobotocore GETs of the dataset's chunk
   objects, ``concurrency`` requests in flight, each decoded with the mount's
-  own decoder (``layouts.hsds_chunks.decode_chunk``), or with
+  own decoder (``layouts.formats.hsds._chunks.decode_chunk``), or with
   ``numcodecs.blosc`` (``numcodecs=True``), on a 2-thread pool: what the
   network and the CPUs allow here, with nothing of the mount in between;
 - :func:`h5pyd_read`: h5pyd reading the dataset in row slabs through a real
@@ -31,8 +31,8 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from bench import data as benchdata
-from layouts.h5types import element_type, parse_type
-from layouts.hsds_chunks import ChunkSpec, decode_chunk, filter_plan
+from layouts.formats.hsds._chunks import ChunkSpec, decode_chunk, filter_plan
+from layouts.hdf5._types import element_type, parse_type
 from tests.hsds_server import ADMIN_PASSWORD, ADMIN_USER
 
 DECODE_THREADS = 2

@@ -58,7 +58,7 @@ import numpy as np
 from h5json import objid
 
 from bench import s3data, scaledata
-from layouts.hsds_summary import MARGIN
+from layouts.formats.hsds._summary import MARGIN
 from tests.hsds_server import ADMIN_PASSWORD, ADMIN_USER, HsdsServer
 from tests.moto_server import MotoServer
 

@@ -5,7 +5,7 @@ from it, so one hostile object gives ``Corrupt`` for itself alone and nothing
 built from it can exhaust memory or the stack, or fail to encode, later:
 
 * shapes and types: ``MAX_RANK`` dimensions, ``MAX_ITEM_BYTES`` per element
-  (``layouts.h5types`` parses types within them), and ``check_sizes`` for a
+  (``layouts.hdf5._types`` parses types within them), and ``check_sizes`` for a
   dataset's element, chunk and byte counts (``MAX_ELEMENTS``,
   ``MAX_CHUNK_ELEMENTS``, ``MAX_DATASET_BYTES``); ``MAX_CHUNK_BYTES`` for one
   stored chunk;
@@ -110,7 +110,7 @@ def link_name_problem(name: str) -> str | None:
     HDF5 itself allows none of these, but JSON can say them: an empty name
     or one holding ``/`` makes the kernel refuse a whole directory listing,
     and text that is not valid Unicode cannot be a file name at all. Other
-    names are shown escaped or cut by ``mountd.names``.
+    names are shown escaped or cut by ``mountd.tree.names``.
     """
     if not name:
         return "a link name cannot be empty"

@@ -1,8 +1,8 @@
 """The HDF5 object model: the seam between storage formats and the tree.
 
-Storage layouts (``layouts.hsds`` for HSDS buckets, ``layouts.lindi`` for
-LINDI and kerchunk reference files) build these objects; ``mountd.tree`` and
-the views (``layouts.viewapi``) turn them into files. Nothing here does I/O
+Storage formats (``layouts.formats.hsds`` for HSDS buckets, ``layouts.formats.refs``
+for LINDI and kerchunk reference files) build these objects; ``mountd.tree`` and
+the views (``layouts.views._api``) turn them into files. Nothing here does I/O
 except through the ``ChunkStore`` and ``Catalog`` protocols, which a layout
 implements. The dataclasses are frozen: once a layout has built an object it
 is shared read-only between trio tasks.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -230,6 +230,11 @@ class Dataset(H5Object):
     fill_value: Any
     hdf5: Mapping[str, Any] = field(default_factory=dict)
     store: ChunkStore
+    #: For a dataset of object references: the object an element of its chunk
+    #: files names, as the format stores it (None: a null or unknown reference).
+    #: None when the format keeps no reference in chunk data the tree can follow.
+    stored_ref: Callable[[Any], ObjectRef | None] | None = field(
+        default=None, repr=False, compare=False)
     #: Number of chunks along each dimension (``()`` for a scalar), computed
     #: once: listings test every stored chunk against it.
     grid: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -333,7 +338,7 @@ class Catalog(Protocol):
 class AgedCatalog(Catalog, Protocol):
     """A catalog that says, for each object it loads, how old the proof is that
     it is current: an answer built from a listing made a while ago is as old
-    as that listing (``layouts.hsds_domains``), and a cache in front of it
+    as that listing (``layouts.formats.hsds._domains``), and a cache in front of it
     keeps it no longer than ``metadata_ttl`` from then; and once that has
     passed, a newer listing that proves the very same object current keeps
     it for another period (``proven``), so what did not change is not built,

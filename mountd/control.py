@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from mountd.errors import NotFound
-from mountd.nodes import (
+from mountd.tree.nodes import (
     BytesHandle,
     DirListing,
     DirNode,

@@ -50,11 +50,11 @@ import trio
 from layouts.views import VIEWS
 from mountd import logsafe, stats
 from mountd.acls import AclPolicy, read_map
-from mountd.chunkcache import ChunkCache
+from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
-from mountd.metacache import CachedCatalog
 from mountd.sources import Source, open_source
 from mountd.tree import Tree
 from mountd.tree.h5view import H5Views

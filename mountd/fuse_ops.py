@@ -15,7 +15,7 @@ it waits (bounded) for the ones under way to finish.
 
 Concurrency: pyfuse3 runs handlers as concurrent trio tasks. The inode table
 and handle maps are changed only between awaits, so each change is atomic;
-nodes and handles are safe to share (see ``mountd.nodes``). ``Operations``
+nodes and handles are safe to share (see ``mountd.tree.nodes``). ``Operations``
 is made inside the trio run that serves the mount (it keeps that run's clock).
 """
 
@@ -46,8 +46,8 @@ from mountd.errors import (
 )
 from mountd.inodes import ROOT_INODE, InodeTable
 from mountd.io.meter import Latencies
-from mountd.names import from_bytes, to_bytes
-from mountd.nodes import (
+from mountd.tree.names import from_bytes, to_bytes
+from mountd.tree.nodes import (
     DirListing,
     DirNode,
     FileHandle,

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from mountd.nodes import Node
+from mountd.tree.nodes import Node
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mountd import __version__, logsafe
+from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.control import Control, ControlDir
 from mountd.fuse_ops import Operations
 from mountd.io.blockcache import BlockCache
 from mountd.io.meter import STORES
-from mountd.metacache import CachedCatalog
 from mountd.tree import Tree
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ The checking side of ``tests/test_fuzz.py``:
 
 * ``tree_snapshot(config)`` opens a source as the daemon does
   (``mountd.sources.open_source``, ``CachedCatalog``, ``Tree`` with the
-  views of ``layouts.views`` and a chunk cache whose prefetches run in a
+  views of ``layouts.views.VIEWS`` and a chunk cache whose prefetches run in a
   nursery) and walks every entry: lookups of every listed name, every file read to its end
   (``READ_CAP`` bytes at most), every symlink's text, every directory's
   xattrs. An operation that raises a ``MountError`` is recorded as an
@@ -48,15 +48,15 @@ import numpy as np
 import trio
 
 from layouts.views import VIEWS
-from mountd.chunkcache import ChunkCache
+from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.errors import MountError
-from mountd.metacache import CachedCatalog
-from mountd.names import display_name
-from mountd.nodes import DirNode, FileNode, Node, SymlinkNode
 from mountd.sources import open_source
 from mountd.tree import Tree
 from mountd.tree.h5view import H5Views
+from mountd.tree.names import display_name
+from mountd.tree.nodes import DirNode, FileNode, Node, SymlinkNode
 from tests.fuzzgen import HsdsDomain
 from tests.h5compare import expected_json, h5_normpath, mount_rel, walk_links
 

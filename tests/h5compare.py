@@ -20,7 +20,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from mountd.names import display_name
+from mountd.tree.names import display_name
 
 
 @dataclass

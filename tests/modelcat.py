@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 import numcodecs
 import numpy as np
 
-from layouts.lindi_types import type_json
+from layouts.formats.refs._types import type_json
 from layouts.model import (
     AnyObject,
     ChunkIndex,

@@ -1,4 +1,4 @@
-"""anndata's views (``layouts.anndata``) on real ``.h5ad`` files, through real mounts.
+"""anndata's views (``layouts.views.anndata``) on real ``.h5ad`` files, through real mounts.
 
 ``tests/anndata_tool.py`` writes the files with anndata itself, in
 ``.venv-conv`` (anndata pins pandas below 3), and exports what anndata reads
@@ -41,9 +41,9 @@ import scipy.io
 import scipy.sparse
 import trio
 
-from layouts.anndata import CategoricalColumn
-from layouts.anndata_files import AwkwardRows, mtx_pieces, sparse_of
 from layouts.model import Attribute, Dataset, ElementType, Group, Link, LinkKind
+from layouts.views.anndata._elements import CategoricalColumn
+from layouts.views.anndata._files import AwkwardRows, mtx_pieces, sparse_of
 from tests import tiers
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.lindi_files import lindi_available, write_lindi
@@ -406,14 +406,15 @@ def test_small_blocks_give_the_same_bytes(lindi_files: dict[str, Path], lindi_mo
     """The daemon's tree in this process, with blocks of a few rows and
     entries (so pieces end mid-chunk, mid-row and mid-list), shows every
     view file with the bytes of the mount's default blocks."""
-    from layouts import anndata_files, columns  # noqa: PLC0415
     from layouts.views import VIEWS  # noqa: PLC0415
-    from mountd.chunkcache import ChunkCache  # noqa: PLC0415
+    from layouts.views import _columns as columns  # noqa: PLC0415
+    from layouts.views.anndata import _files as anndata_files  # noqa: PLC0415
+    from mountd.cache.chunkcache import ChunkCache  # noqa: PLC0415
+    from mountd.cache.metacache import CachedCatalog  # noqa: PLC0415
     from mountd.config import MountConfig  # noqa: PLC0415
-    from mountd.metacache import CachedCatalog  # noqa: PLC0415
-    from mountd.nodes import DirNode, FileNode  # noqa: PLC0415
     from mountd.sources import open_source  # noqa: PLC0415
     from mountd.tree import Tree  # noqa: PLC0415
+    from mountd.tree.nodes import DirNode, FileNode  # noqa: PLC0415
 
     monkeypatch.setattr(anndata_files, "ENTRY_STEP", 1000)
     monkeypatch.setattr(anndata_files, "MAJOR_STEP", 77)

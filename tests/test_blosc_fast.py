@@ -1,4 +1,4 @@
-"""``layouts.blosc``: Blosc 1 zlib frames inflated with libdeflate, byte for byte
+"""``layouts.hdf5._blosc``: Blosc 1 zlib frames inflated with libdeflate, byte for byte
 what numcodecs decodes.
 
 Frames are written by numcodecs itself (``Blosc(cname="zlib")`` over arrays of
@@ -32,10 +32,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numcodecs.blosc import BITSHUFFLE, NOSHUFFLE, SHUFFLE
 
-from layouts import blosc
-from layouts.blosc import DONT_SPLIT, HEADER, MEMCPYED, decode
 from layouts.errors import Corrupt
-from layouts.inflate import unblosc
+from layouts.hdf5 import _blosc as blosc
+from layouts.hdf5._blosc import DONT_SPLIT, HEADER, MEMCPYED, decode
+from layouts.hdf5._inflate import unblosc
 
 MiB = 1 << 20
 SHUFFLES = (NOSHUFFLE, SHUFFLE, BITSHUFFLE)

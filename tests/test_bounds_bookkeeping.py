@@ -17,15 +17,19 @@ import pytest
 import trio
 import trio.testing
 
-from layouts import h5linked, hsds_domains, hsds_ids, hsds_locations
-from layouts.h5linked import LinkedFiles
-from layouts.hsds_domains import DomainIndex
-from layouts.hsds_locations import ChunkTable
+from layouts.formats.hsds import _domains as hsds_domains
+from layouts.formats.hsds import _ids as hsds_ids
+from layouts.formats.hsds import _locations as hsds_locations
+from layouts.formats.hsds._domains import DomainIndex
+from layouts.formats.hsds._locations import ChunkTable
+from layouts.hdf5 import _linked as h5linked
+from layouts.hdf5._linked import LinkedFiles
 from layouts.model import Domain, Group
 from layouts.storage import ByteRange, ObjectInfo, Store
-from mountd import acls, chunkcache, logsafe
+from mountd import acls, logsafe
 from mountd.acls import AclPolicy
-from mountd.chunkcache import ChunkCache
+from mountd.cache import chunkcache
+from mountd.cache.chunkcache import ChunkCache
 from mountd.errors import StorageError
 from mountd.tree import refindex
 from mountd.tree.paths import ObjPath

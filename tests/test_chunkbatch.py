@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import hsds_ids
-from layouts.h5types import element_type, parse_type
-from layouts.hsds_chunks import ChunkSpec, HsdsChunkStore, filter_plan
+from layouts.formats.hsds import _ids as hsds_ids
+from layouts.formats.hsds._chunks import ChunkSpec, HsdsChunkStore, filter_plan
+from layouts.hdf5._types import element_type, parse_type
 from layouts.model import ChunkIndex, Dataset
-from layouts.npy import NpyReader, NpyView
 from layouts.storage import Fetched
-from mountd.chunkahead import AHEAD_CHUNKS
-from mountd.chunkcache import ENTRY_OVERHEAD, ChunkCache
+from layouts.views._npy import NpyReader, NpyView
+from mountd.cache.chunkahead import AHEAD_CHUNKS
+from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.errors import Corrupt, MountError
 from mountd.io.local import LocalStore
 from mountd.tree import Tree

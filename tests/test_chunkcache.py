@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from mountd import chunkcache
-from mountd.chunkcache import ENTRY_OVERHEAD, ChunkCache, Outcome
+from mountd.cache import chunkcache
+from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache, Outcome
 from mountd.errors import Corrupt, StorageError
 
 

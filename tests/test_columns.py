@@ -1,7 +1,7 @@
-"""``layouts.columns``: value text, CSV / JSON-lines / lines files, without FUSE.
+"""``layouts.views._columns``: value text, CSV / JSON-lines / lines files, without FUSE.
 
 Datasets are built in memory (``tests.modelcat``) with the HDF5 type JSON a
-format gives (``layouts.lindi_types.type_json``, or written out for enums
+format gives (``layouts.formats.refs._types.type_json``, or written out for enums
 and variable-length compounds). Toy views written as a convention would
 write them (``BuiltFileView`` over ``csv_file``, ``jsonl_file`` and
 ``lines_file``) are registered with a real ``Tree``, so sizes and reads go
@@ -29,9 +29,7 @@ import pandas as pd
 import pytest
 import trio
 
-from layouts import columns
-from layouts.columns import BuiltFileView, Column, DatasetColumn, csv_file, field_columns
-from layouts.lindi_types import type_json
+from layouts.formats.refs._types import type_json
 from layouts.model import (
     ChunkIndex,
     Dataset,
@@ -42,11 +40,13 @@ from layouts.model import (
     ObjectKind,
     VlenKind,
 )
-from layouts.viewapi import ViewContext, ViewFile
+from layouts.views import _columns as columns
+from layouts.views._api import ViewContext, ViewFile
+from layouts.views._columns import BuiltFileView, Column, DatasetColumn, csv_file, field_columns
+from mountd.cache.metacache import CachedCatalog
 from mountd.errors import StorageError
-from mountd.metacache import CachedCatalog
-from mountd.nodes import DirNode, FileNode, Node, listed_stat
 from mountd.tree import Tree
+from mountd.tree.nodes import DirNode, FileNode, Node, listed_stat
 from tests.modelcat import MemoryCatalog, MemoryChunks, group
 
 UTF8_JSON = {"class": "H5T_STRING", "charSet": "H5T_CSET_UTF8", "length": "H5T_VARIABLE"}
@@ -436,7 +436,7 @@ def test_errors_reach_the_reader_as_storage_errors() -> None:
 MILLION_ROWS = """
 import os, sys
 import numpy as np, trio
-from layouts.columns import csv_file, field_columns
+from layouts.views._columns import csv_file, field_columns
 from tests.test_columns import Ctx, fixed
 
 n = 1_000_000

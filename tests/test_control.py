@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mountd.chunkcache import ENTRY_OVERHEAD
+from mountd.cache.chunkcache import ENTRY_OVERHEAD
 from mountd.control import REUSE
 from mountd.io.meter import STEPS, Latencies
 from mountd.logsafe import MASK, add_secret

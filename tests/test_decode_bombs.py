@@ -4,7 +4,7 @@ Each codec path the mount decodes with is fed a real bomb (a zlib or gzip
 stream of hundreds of MiB of zeros, Blosc, zstd and LZ4 headers stating
 gigabytes, a zstd frame whose blocks run past the size it declares, a
 ``vlen-utf8`` item count of tens of millions, an HDF5 chunk that inflates to
-512 MiB) through the same functions the mount calls: ``layouts.inflate``,
+512 MiB) through the same functions the mount calls: ``layouts.hdf5._inflate``,
 ``hsds_chunks.decode_chunk``, ``lindi_codecs.decode_chunk``,
 ``h5filters.decode`` and ``check_for_hdf5``, the linked HSDS store and the
 LINDI external-array store (both its h5py path and its linked path). Each must
@@ -36,8 +36,14 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import hsds_chunks, lindi_codecs
-from layouts.h5filters import (
+from layouts.formats.hsds import _chunks as hsds_chunks
+from layouts.formats.hsds._chunks import ChunkSpec, decode_chunk, filter_plan
+from layouts.formats.hsds._linked import linked_store
+from layouts.formats.refs import _codecs as lindi_codecs
+from layouts.formats.refs._catalog import DatasetShape
+from layouts.formats.refs._codecs import Kind, codecs
+from layouts.formats.refs._external import H5ExternalArrays
+from layouts.hdf5._filters import (
     BITSHUFFLE,
     DEFLATE,
     FLETCHER32,
@@ -51,10 +57,7 @@ from layouts.h5filters import (
     decode,
     stored_limit,
 )
-from layouts.h5types import element_type, parse_type
-from layouts.hsds_chunks import ChunkSpec, decode_chunk, filter_plan
-from layouts.hsds_linked import linked_store
-from layouts.inflate import (
+from layouts.hdf5._inflate import (
     gunzip,
     inflate,
     unblosc,
@@ -62,9 +65,7 @@ from layouts.inflate import (
     unzstd,
     zstd_content_size,
 )
-from layouts.lindi import DatasetShape
-from layouts.lindi_codecs import Kind, codecs
-from layouts.lindi_external import H5ExternalArrays
+from layouts.hdf5._types import element_type, parse_type
 from layouts.storage import Store
 from mountd.errors import Corrupt, StorageError
 from mountd.io.local import LocalStore
@@ -141,7 +142,7 @@ def lz4_claiming(nbytes: int) -> bytes:
     return struct.pack("<I", nbytes) + bytes(numcodecs.LZ4().encode(bytes(4096)))[4:]
 
 
-# --------------------------------------------------------------------------- layouts.inflate
+# --------------------------------------------------------------------------- layouts.hdf5._inflate
 
 
 @pytest.mark.slow

@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import hsds_ids, lindi_codecs
-from layouts.h5types import element_type, parse_type
-from layouts.hsds_chunks import ChunkSpec, HsdsChunkStore, filter_plan
-from layouts.lindi import RefChunkStore, RefReader
-from layouts.lindi_codecs import Kind
-from layouts.lindi_refs import RangeRef, Ref
+from layouts.formats.hsds import _ids as hsds_ids
+from layouts.formats.hsds._chunks import ChunkSpec, HsdsChunkStore, filter_plan
+from layouts.formats.refs import _codecs as lindi_codecs
+from layouts.formats.refs._catalog import RefChunkStore, RefReader
+from layouts.formats.refs._codecs import Kind
+from layouts.formats.refs._table import RangeRef, Ref
+from layouts.hdf5._types import element_type, parse_type
 from mountd.config import MountConfig, OptionError, apply_options
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore

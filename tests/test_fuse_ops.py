@@ -52,16 +52,16 @@ from layouts.model import (
 from layouts.views import VIEWS
 from mountd import stats
 from mountd.acls import AclPolicy
-from mountd.chunkcache import ChunkCache
+from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.control import CONTROL_DIR, REUSE
 from mountd.errors import Corrupt, Forbidden, StorageError
 from mountd.fuse_ops import Operations, Owner
 from mountd.inodes import ROOT_INODE
-from mountd.metacache import CachedCatalog
-from mountd.nodes import STREAM_WINDOW
-from mountd.sidecar import XATTR_MAX
 from mountd.tree import Tree
+from mountd.tree.nodes import STREAM_WINDOW
+from mountd.tree.sidecar import XATTR_MAX
 from tests.modelcat import MemoryCatalog, MemoryChunks, dataset, group, strings, table
 
 TTL = 60.0

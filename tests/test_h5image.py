@@ -1,4 +1,4 @@
-"""``layouts.h5image``: skeleton plans written as HDF5 files, read back with h5py.
+"""``layouts.hdf5._image``: skeleton plans written as HDF5 files, read back with h5py.
 
 No mount: each test builds a plan by hand (as ``mountd.tree.h5view`` would),
 writes it with ``build_image`` and opens the bytes with h5py, checking what
@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 
-from layouts.h5image import (
+from layouts.hdf5._image import (
     LEFT_OUT_ATTR,
     AttrPlan,
     External,

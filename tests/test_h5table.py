@@ -1,4 +1,4 @@
-"""``P.csv`` of plain HDF5 tables (``layouts.h5table``) on real mounts.
+"""``P.csv`` of plain HDF5 tables (``layouts.views._table``) on real mounts.
 
 The tables are written by real writers: PyTables (a ``Table`` with integer,
 float, string, bool, enum, sub-array and nested columns) and h5py (record

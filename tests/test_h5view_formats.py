@@ -2,7 +2,7 @@
 
 h5mount shows each HSDS domain ``D`` also as one HDF5 file ``D.h5`` beside
 its directory, and a mount of one file as ``MOUNTPOINT/.root.h5``
-(``mountd/tree/h5view.py``, ``layouts/h5image.py``). This module opens those
+(``mountd/tree/h5view.py``, ``layouts/hdf5/_image.py``). This module opens those
 views with real readers, no fakes, and compares them with the original HDF5
 files opened the same way:
 
@@ -50,7 +50,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from layouts.hsds_ids import parse_id
+from layouts.formats.hsds._ids import parse_id
 from tests import h5files
 from tests.conftest import HsdsBucket
 from tests.h5compare import LinkInfo, mount_file, walk_links
@@ -100,7 +100,7 @@ LINDI_MAXSHAPE_LOST = {("layout.h5", "/resizable"), ("layout.h5", "/unlimited_2d
                        ("layout.h5", "/zero_size_unlimited")}
 #: Named exception: a LINDI file keeps attributes as JSON values, without
 #: their HDF5 type, so the view stores a number as the 64-bit type of its kind
-#: (``layouts.h5image.infer``): refs.h5's int32 ``version`` and float32 ``nan``
+#: (``layouts.hdf5._image.infer``): refs.h5's int32 ``version`` and float32 ``nan``
 #: come back as int64 and float64. Checked: the sidecar holds a bare JSON number.
 LINDI_ATTR_WIDTH = {("refs.h5", "/", "version"), ("refs.h5", "/", "nan")}
 
@@ -756,5 +756,5 @@ def test_fixed_string_fill_values_survive(records_pair: tuple[Path, Path]) -> No
         differ = {name: (a[name].fillvalue, b[name].fillvalue) for name in a
                   if not same_value(a[name].fillvalue, b[name].fillvalue)}
     # h5py (3.16) stores the address of a fixed-length string fill given as 'S<n>':
-    # the view gives it as a variable-length string (layouts.h5image._fill_array).
+    # the view gives it as a variable-length string (layouts.hdf5._image._fill_array).
     assert not differ, f"fill values (original, view): {differ}"

@@ -36,10 +36,10 @@ import trio
 from h5json import objid
 
 from bench.scaledata import BucketWriter
-from layouts import lindi
-from layouts.hsds import HsdsCatalog
-from layouts.lindi import KeyIndex, RefCatalog
-from layouts.lindi_refs import MAX_JSON_BYTES, RefFormatError, load_reference
+from layouts.formats.hsds._catalog import HsdsCatalog
+from layouts.formats.refs import _catalog as lindi
+from layouts.formats.refs._catalog import KeyIndex, RefCatalog
+from layouts.formats.refs._table import MAX_JSON_BYTES, RefFormatError, load_reference
 from layouts.model import AnyObject, Dataset, Domain, Group
 from layouts.storage import (
     CAPPED_FIRST_READ,
@@ -55,7 +55,7 @@ from mountd.errors import Corrupt, MountError, NotFound, StorageError
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
 from mountd.io.local import LocalStore
-from mountd.names import display_name
+from mountd.tree.names import display_name
 from tests.mounting import daemon_pids, fuse_available, mounted, run_h5mount
 
 GIB = 1 << 30

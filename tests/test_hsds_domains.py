@@ -1,4 +1,4 @@
-"""A domain's metadata a domain at a time (``layouts.hsds_domains``), without a mount.
+"""A domain's metadata a domain at a time (``layouts.formats.hsds._domains``), without a mount.
 
 Over a copy of the session bucket (real HSDS domains, with the summaries
 HSDS's own scan wrote), the catalog built from one listing and the summary
@@ -30,16 +30,18 @@ from typing import Any
 import pytest
 import trio
 
-from layouts import hsds_domains, hsds_ids, hsds_summary
 from layouts.errors import Corrupt
-from layouts.hsds import HsdsCatalog
-from layouts.hsds_domains import DomainIndex
-from layouts.hsds_listing import DomainListing, sort_keys
+from layouts.formats.hsds import _domains as hsds_domains
+from layouts.formats.hsds import _ids as hsds_ids
+from layouts.formats.hsds import _summary as hsds_summary
+from layouts.formats.hsds._catalog import HsdsCatalog
+from layouts.formats.hsds._domains import DomainIndex
+from layouts.formats.hsds._listing import DomainListing, sort_keys
 from layouts.model import AnyObject, Dataset, Domain, Group, LinkKind
 from layouts.storage import Fetched, ObjectInfo
+from mountd.cache.metacache import CachedCatalog
 from mountd.io.local import LocalStore
-from mountd.metacache import CachedCatalog
-from mountd.sidecar import sidecar_document
+from mountd.tree.sidecar import sidecar_document
 from tests.test_metacache import Clock, CountingStore
 
 pytestmark = pytest.mark.hsds
@@ -271,12 +273,13 @@ def test_unusable_summaries_fall_back_to_the_objects(aged_bucket: Path, fault: s
     damage(root)
 
     async def main() -> None:
-        with caplog.at_level(logging.WARNING, logger="layouts.hsds_domains"):
+        with caplog.at_level(logging.WARNING, logger="layouts.formats.hsds._domains"):
             expected, found, store, _ = await _both(aged_bucket, domain_path)
         assert found == expected
         assert _object_reads(store) == len({doc["id"] for doc, _ in expected.values()
                                             if isinstance(doc, dict)})
-        lines = [r.getMessage() for r in caplog.records if r.name == "layouts.hsds_domains"]
+        lines = [r.getMessage() for r in caplog.records
+                 if r.name == "layouts.formats.hsds._domains"]
         assert (len(lines) == 1 and why in lines[0] and ".summary.json" in lines[0]) \
             or ".info.json" in lines[0], lines
     trio.run(main)

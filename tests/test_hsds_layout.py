@@ -1,4 +1,4 @@
-"""``layouts.hsds`` (HsdsCatalog) against real HSDS buckets, without FUSE.
+"""``layouts.formats.hsds._catalog`` (HsdsCatalog) against real HSDS buckets, without FUSE.
 
 Three kinds of test live here:
 
@@ -36,12 +36,14 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import decoding, hsds_chunks, hsds_ids
+from layouts import decoding
 from layouts.errors import FormatError
-from layouts.h5types import element_type, parse_type, sidecar_dtype
-from layouts.hsds import HsdsCatalog, probe
-from layouts.hsds_chunks import ChunkSpec, FilterPlan, decode_chunk, filter_plan
-from layouts.hsds_values import attribute_value, fill_value
+from layouts.formats.hsds import _chunks as hsds_chunks
+from layouts.formats.hsds import _ids as hsds_ids
+from layouts.formats.hsds._catalog import HsdsCatalog, probe
+from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, decode_chunk, filter_plan
+from layouts.formats.hsds._values import attribute_value, fill_value
+from layouts.hdf5._types import element_type, parse_type, sidecar_dtype
 from layouts.model import (
     AnyObject,
     Dataset,

@@ -1,4 +1,4 @@
-"""``layouts.inflate.fast_inflate``: libdeflate where it can, None where the caller's
+"""``layouts.hdf5._inflate.fast_inflate``: libdeflate where it can, None where the caller's
 zlib path must decide (and say what is wrong)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import zlib
 
-from layouts.inflate import fast_inflate
+from layouts.hdf5._inflate import fast_inflate
 
 DATA = os.urandom(1000) + bytes(100_000)
 STREAM = zlib.compress(DATA, 6)

@@ -1,4 +1,5 @@
-"""Storage JSON parsing (layouts.storedjson) and indented JSON writing (mountd.jsonvalue)."""
+"""Storage JSON parsing (layouts.formats.hsds._json) and indented JSON writing
+(mountd.tree.jsonvalue)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import math
 
 import pytest
 
-from layouts import storedjson
-from layouts.h5types import parsed_type
-from mountd import jsonvalue
+from layouts.formats.hsds import _json as storedjson
+from layouts.hdf5._types import parsed_type
+from mountd.tree import jsonvalue
 
 
 def test_loads_takes_what_python_json_takes() -> None:

@@ -1,4 +1,4 @@
-"""LEGEND views (``layouts.legend``): real LH5 files, real mounts, real readers.
+"""LEGEND views (``layouts.views.legend._views``): real LH5 files, real mounts, real readers.
 
 Files:
 
@@ -46,18 +46,6 @@ import pandas as pd
 import pytest
 import trio
 
-from layouts.legend_columns import MAX_TABLE_DEPTH
-from layouts.legend_types import (
-    MAX_DEPTH,
-    ArrayOf,
-    DatatypeError,
-    Enum,
-    Fields,
-    Scalar,
-    is_vector_of_vectors,
-    parse_datatype,
-    type_json,
-)
 from layouts.model import (
     Attribute,
     ChunkIndex,
@@ -70,9 +58,21 @@ from layouts.model import (
     ObjectKind,
 )
 from layouts.views import VIEWS
-from mountd.metacache import CachedCatalog
-from mountd.nodes import DirNode, FileNode, Node
+from layouts.views.legend._columns import MAX_TABLE_DEPTH
+from layouts.views.legend._types import (
+    MAX_DEPTH,
+    ArrayOf,
+    DatatypeError,
+    Enum,
+    Fields,
+    Scalar,
+    is_vector_of_vectors,
+    parse_datatype,
+    type_json,
+)
+from mountd.cache.metacache import CachedCatalog
 from mountd.tree import Tree
+from mountd.tree.nodes import DirNode, FileNode, Node
 from tests import tiers
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.lindi_files import write_lindi

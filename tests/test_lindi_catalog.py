@@ -1,4 +1,4 @@
-"""``layouts.lindi.RefCatalog`` over real LINDI files, checked against h5py and HSDS.
+"""``RefCatalog`` (``layouts.formats.refs``) over real LINDI files, checked against h5py and HSDS.
 
 The HDF5 files are the ``tests/h5files.py`` ones (the same files the session
 HSDS fixture hsloads) plus ``specifics.h5`` (LINDI's own forms: scalars of
@@ -59,11 +59,11 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import hsds_ids
-from layouts.hsds import HsdsCatalog
-from layouts.lindi import DatasetShape, ExternalArrays, KeyIndex, RefCatalog
-from layouts.lindi_external import H5ExternalArrays
-from layouts.lindi_refs import RangeRef, RefTable, load_reference
+from layouts.formats.hsds import _ids as hsds_ids
+from layouts.formats.hsds._catalog import HsdsCatalog
+from layouts.formats.refs._catalog import DatasetShape, ExternalArrays, KeyIndex, RefCatalog
+from layouts.formats.refs._external import H5ExternalArrays
+from layouts.formats.refs._table import RangeRef, RefTable, load_reference
 from layouts.model import (
     AnyObject,
     Attribute,
@@ -75,11 +75,11 @@ from layouts.model import (
     ObjectRef,
 )
 from layouts.storage import Store
-from mountd import jsonvalue
 from mountd.errors import Corrupt, Forbidden, NotFound, StorageError
 from mountd.io.local import LocalStore
-from mountd.sidecar import decode_chunk, scalar_value, sidecar_document
-from mountd.zarrmeta import zattrs_bytes
+from mountd.tree import jsonvalue
+from mountd.tree.sidecar import decode_chunk, scalar_value, sidecar_document
+from mountd.tree.zarrmeta import zattrs_bytes
 from tests import h5files
 from tests.h5compare import chunk_region, expected_chunk, expected_json
 
@@ -489,7 +489,7 @@ def test_lindi_specifics(converted: dict[str, Converted]) -> None:
 
 
 class RecordingExternal:
-    """The lead's h5py reader (``layouts.lindi_external``), recording each call."""
+    """The lead's h5py reader (``layouts.formats.refs._external``), recording each call."""
 
     def __init__(self) -> None:
         self.inner = H5ExternalArrays(local_uri)

@@ -1,4 +1,4 @@
-"""``layouts.lindi_refs``: reference files (LINDI, kerchunk) read into a ``RefTable``.
+"""``layouts.formats.refs._table``: reference files (LINDI, kerchunk) read into a ``RefTable``.
 
 ``parse_refs`` is tested on hand-written JSON: every value form, templates,
 kerchunk ``gen``, URL resolution and every refusal. ``load_reference`` is
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import trio
 
-from layouts.lindi_refs import (
+from layouts.formats.refs._table import (
     BadRef,
     RangeRef,
     RefFormatError,

@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layouts.model import Domain, Link, LinkKind, ObjectKind
-from mountd.nodes import DirNode, FileNode, Node, SymlinkNode
 from mountd.tree import Tree
+from mountd.tree.nodes import DirNode, FileNode, Node, SymlinkNode
 from tests.modelcat import MemoryCatalog, group
 
 COMPONENTS = ("..", "..", ".", "", "etc", "passwd", "g", "a::b", "%2E%2E", "x y", "é")

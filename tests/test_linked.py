@@ -45,10 +45,11 @@ import numpy as np
 import pytest
 import trio
 
-from layouts import h5linked, hsds_linked
 from layouts.errors import FormatError
-from layouts.h5filters import Pipeline, decode, pipeline
-from layouts.hsds import HsdsCatalog
+from layouts.formats.hsds import _linked as hsds_linked
+from layouts.formats.hsds._catalog import HsdsCatalog
+from layouts.hdf5 import _linked as h5linked
+from layouts.hdf5._filters import Pipeline, decode, pipeline
 from layouts.model import Dataset, Domain, Group, LinkKind
 from layouts.storage import OpenUri, Store
 from mountd.errors import Corrupt, StorageError

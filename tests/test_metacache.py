@@ -13,14 +13,14 @@ import pytest
 import trio
 
 from layouts.errors import LayoutError
-from layouts.hsds import HsdsCatalog
+from layouts.formats.hsds._catalog import HsdsCatalog
 from layouts.model import Group, LinkKind
 from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
+from mountd.cache.metacache import CachedCatalog
 from mountd.errors import NotFound
 from mountd.io.local import LocalStore
-from mountd.metacache import CachedCatalog
-from mountd.nodes import DirNode
 from mountd.tree import Tree
+from mountd.tree.nodes import DirNode
 
 
 class CountingStore:

@@ -21,11 +21,11 @@ from typing import Any
 import trio
 import trio.testing
 
-from layouts.hsds import HsdsCatalog
-from layouts.hsds_domains import DomainIndex
+from layouts.formats.hsds._catalog import HsdsCatalog
+from layouts.formats.hsds._domains import DomainIndex
 from layouts.model import Domain, Group, Link, LinkKind, ObjectKind, ObjectRef
+from mountd.cache.metacache import CachedCatalog
 from mountd.io.blockcache import BlockCache
-from mountd.metacache import CachedCatalog
 from mountd.sources import Source
 from mountd.tree import Tree
 from tests.test_blockcache import MemoryStore

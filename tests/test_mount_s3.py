@@ -39,7 +39,7 @@ import h5py
 import numpy as np
 import pytest
 
-from layouts.hsds_ids import parse_id
+from layouts.formats.hsds._ids import parse_id
 from mountd.control import REUSE
 from tests.faultproxy import FaultProxy, Seen
 from tests.h5compare import mount_file, walk_links
@@ -550,7 +550,7 @@ def _domain_listings(proxy: FaultProxy) -> list[str]:
 
 def test_walk_lists_each_domain_not_each_dataset(s3_bucket, mnt, proxy, tmp_path) -> None:
     """``find`` over the whole S3 mount lists every domain's keys in one listing
-    (``layouts.hsds_domains``) instead of one LIST per dataset, and finds
+    (``layouts.formats.hsds._domains``) instead of one LIST per dataset, and finds
     exactly what the local mount shows."""
     local = subprocess.run(["find", "."], cwd=mnt, capture_output=True, text=True, check=True)
     with proxied(s3_bucket, proxy, tmp_path / "mp") as mp:

@@ -31,7 +31,7 @@ import h5pyd
 import numpy as np
 import pytest
 
-from layouts.hsds_summary import MARGIN
+from layouts.formats.hsds._summary import MARGIN
 from mountd.control import REUSE
 from tests.hsds_server import HsdsServer, S3Storage, hsds_node_available
 from tests.moto_server import MotoServer

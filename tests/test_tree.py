@@ -14,7 +14,6 @@ import pytest
 import trio
 import trio.testing
 
-from layouts import npy
 from layouts.model import (
     AnyObject,
     Attribute,
@@ -26,13 +25,16 @@ from layouts.model import (
     ObjectKind,
     ObjectRef,
 )
-from layouts.npy import NpyReader, NpyView, flat_boxes
-from mountd.chunkahead import GridReadahead, ravel, unravel
-from mountd.chunkcache import ChunkCache
+from layouts.views import _npy as npy
+from layouts.views._npy import NpyReader, NpyView, flat_boxes
+from mountd.cache.chunkahead import GridReadahead, ravel, unravel
+from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.metacache import CachedCatalog
 from mountd.errors import NotFound, StorageError
-from mountd.metacache import CachedCatalog
-from mountd.names import display_name, escape, unescape
-from mountd.nodes import (
+from mountd.tree import Tree, meta
+from mountd.tree.groups import GroupDir
+from mountd.tree.names import display_name, escape, unescape
+from mountd.tree.nodes import (
     STREAM_BATCH,
     STREAM_WINDOW,
     DirNode,
@@ -44,8 +46,6 @@ from mountd.nodes import (
     StreamListing,
     SymlinkNode,
 )
-from mountd.tree import Tree, meta
-from mountd.tree.groups import GroupDir
 from mountd.tree.paths import ObjPath
 from mountd.tree.viewnodes import ViewHandle
 from tests.modelcat import MemoryCatalog, dataset, float_type, group

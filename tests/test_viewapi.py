@@ -1,4 +1,4 @@
-"""The view API (``layouts.viewapi``) through a real ``Tree``, without FUSE.
+"""The view API (``layouts.views._api``) through a real ``Tree``, without FUSE.
 
 Toy conventions, written as a convention module would be (they see only
 the ``ViewContext``), are registered with a tree over an in-memory catalog:
@@ -13,7 +13,7 @@ the ``ViewContext``), are registered with a tree over an in-memory catalog:
   file and a nested directory, whose files have the default size (read
   through once).
 
-Also ``layouts.arrays`` reads, ``StreamReader``'s restarts, a view that
+Also ``layouts.views._arrays`` reads, ``StreamReader``'s restarts, a view that
 fails in ``applies``, and the registry the daemon uses.
 """
 
@@ -27,7 +27,6 @@ import numcodecs
 import numpy as np
 import trio
 
-from layouts import arrays
 from layouts.model import (
     Dataset,
     Domain,
@@ -37,13 +36,14 @@ from layouts.model import (
     ObjectKind,
     VlenKind,
 )
-from layouts.npy import NpyView
-from layouts.viewapi import DirView, FileView, Reader, ViewContext, ViewDir, ViewFile
 from layouts.views import VIEWS
-from layouts.viewstream import StreamedFile, StreamReader
-from mountd.metacache import CachedCatalog
-from mountd.nodes import DirNode, FileNode, Node, SymlinkNode, listed_stat
+from layouts.views import _arrays as arrays
+from layouts.views._api import DirView, FileView, Reader, ViewContext, ViewDir, ViewFile
+from layouts.views._npy import NpyView
+from layouts.views._stream import StreamedFile, StreamReader
+from mountd.cache.metacache import CachedCatalog
 from mountd.tree import Tree
+from mountd.tree.nodes import DirNode, FileNode, Node, SymlinkNode, listed_stat
 from tests.modelcat import MemoryCatalog, MemoryChunks, dataset, group
 
 VALUES = np.arange(23, dtype="<f4") * 1.5
@@ -347,7 +347,7 @@ def test_a_failing_view_leaves_the_rest_shown() -> None:
 
 
 class ArrayContext:
-    """The part of a context ``layouts.arrays`` uses, over chunks in memory."""
+    """The part of a context ``layouts.views._arrays`` uses, over chunks in memory."""
 
     def __init__(self, obj: Dataset) -> None:
         self.obj = obj

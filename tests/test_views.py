@@ -30,7 +30,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mountd.names import display_name
+from mountd.tree.names import display_name
 from tests.h5compare import (
     descr_fields,
     expected_json,

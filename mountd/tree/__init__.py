@@ -1,10 +1,10 @@
 """The format-free tree: HDF5 model objects shown as MOUNT-SPEC.md entries.
 
 Owns the mapping from the object model (``layouts.model``) to nodes
-(``mountd.nodes``): folder and domain directories, group and dataset
+(``mountd.tree.nodes``): folder and domain directories, group and dataset
 directories, sidecars, chunk files, symlinks for soft, external and cyclic
 hard links, and the entries of views (``.npy`` and the conventions
-registered in ``layouts.views``, on the view API of ``layouts.viewapi``).
+registered in ``layouts.views.VIEWS``, on the view API of ``layouts.views._api``).
 
 Everything is lazy. A node holds only where it is (``ObjPath``); it reads
 the model through ``Tree.obj`` (a TTL-cached catalog) when asked for

@@ -25,20 +25,20 @@ from collections.abc import Hashable, Sequence
 import trio
 
 from layouts.model import AnyObject, Catalog, ChunkIndex, Dataset, Domain, Group
-from layouts.viewapi import DirView, FileView, View
-from mountd import chunkbatch
-from mountd.chunkahead import GridReadahead
-from mountd.chunkcache import ChunkCache
+from layouts.views import DirView, FileView, View
+from mountd.cache import chunkbatch
+from mountd.cache.chunkahead import GridReadahead
+from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.memo import Memo
+from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.io import readahead
-from mountd.memo import Memo
-from mountd.metacache import CachedCatalog
-from mountd.nodes import DirNode
 from mountd.tree.fanout import for_each
 from mountd.tree.folders import FolderDir
 from mountd.tree.groups import GroupDir
 from mountd.tree.h5view import H5Views
 from mountd.tree.links import Links
+from mountd.tree.nodes import DirNode
 from mountd.tree.paths import ObjPath, Places, root_path
 from mountd.tree.preload import Preloader
 from mountd.tree.refindex import RefIndex

@@ -29,10 +29,11 @@ from collections.abc import AsyncIterator, Hashable
 from typing import TYPE_CHECKING
 
 from layouts.model import ChunkIndex, Dataset
-from mountd import zarrmeta
-from mountd.chunklist import ChunkList, ChunkListBuilder
+from mountd.cache.chunklist import ChunkList, ChunkListBuilder
 from mountd.errors import MountError, NotFound, StorageError
-from mountd.nodes import (
+from mountd.tree import zarrmeta
+from mountd.tree.meta import ZARRAY_NAME, ZATTRS_NAME, zarray_file, zattrs_file
+from mountd.tree.nodes import (
     STREAM_BATCH,
     BytesHandle,
     DirListing,
@@ -44,7 +45,6 @@ from mountd.nodes import (
     SmallOrStreamListing,
     Stat,
 )
-from mountd.tree.meta import ZARRAY_NAME, ZATTRS_NAME, zarray_file, zattrs_file
 from mountd.tree.objdir import ObjectDir
 from mountd.tree.paths import InDomain, ObjPath
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from layouts.model import Domain
 from mountd.errors import MountError, NotFound
-from mountd.nodes import DirListing, DirNode, Node, NodeType, Row, SnapshotListing, Stat
 from mountd.tree.fanout import for_each
 from mountd.tree.groups import GroupDir
 from mountd.tree.h5view import SUFFIX as H5_SUFFIX
 from mountd.tree.h5view import H5ViewFile
 from mountd.tree.meta import sidecar_file
+from mountd.tree.nodes import DirListing, DirNode, Node, NodeType, Row, SnapshotListing, Stat
 from mountd.tree.paths import SIDECAR, root_path
 from mountd.tree.preload import LIST_CONCURRENCY
 

@@ -31,8 +31,12 @@ from typing import TYPE_CHECKING
 
 from layouts.model import AnyObject, Group, Link, LinkKind, ObjectKind
 from mountd.errors import MountError, NotFound
-from mountd.names import display_name, fits, unescape
-from mountd.nodes import (
+from mountd.tree.datasets import DatasetDir
+from mountd.tree.fanout import for_each
+from mountd.tree.h5view import H5ViewFile
+from mountd.tree.meta import ZATTRS_NAME, ZGROUP_NAME, sidecar_file, zattrs_file, zgroup_file
+from mountd.tree.names import display_name, fits, unescape
+from mountd.tree.nodes import (
     DirListing,
     Node,
     NodeType,
@@ -42,10 +46,6 @@ from mountd.nodes import (
     SymlinkNode,
     listed_stat,
 )
-from mountd.tree.datasets import DatasetDir
-from mountd.tree.fanout import for_each
-from mountd.tree.h5view import H5ViewFile
-from mountd.tree.meta import ZATTRS_NAME, ZGROUP_NAME, sidecar_file, zattrs_file, zgroup_file
 from mountd.tree.objdir import ObjectDir
 from mountd.tree.paths import (
     ROOT_H5,

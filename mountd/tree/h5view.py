@@ -1,7 +1,7 @@
 """The ``D.h5`` view: every domain as one HDF5 file that HDF5's own tools open.
 
 Owns ``H5Views`` (the skeleton images of the mount's domains: planned from
-the tree, built by ``layouts.h5image`` in a worker thread, kept in a
+the tree, built by ``layouts.hdf5._image`` in a worker thread, kept in a
 bounded LRU while every object they were made from is current) and
 ``H5ViewFile``, the node of ``D.h5`` beside a domain's directory, or of
 ``.root.h5`` at the root of a mount of one file.
@@ -15,7 +15,7 @@ through the mount and its chunk cache. Variable-length and reference
 datasets are read and embedded while the embedded bytes stay under
 ``-o h5view_inline``; over it, or when the ``.npy`` name is taken by a real
 link, a dataset is left out and named in the root attribute
-``layouts.h5image.LEFT_OUT_ATTR``. A file holds at most
+``layouts.hdf5._image.LEFT_OUT_ATTR``. A file holds at most
 ``-o h5view_objects`` objects (the first found), which bounds the memory a
 build takes. External links to domains of this mount lead to those
 domains' ``D.h5`` views; others are left out, so no path a bucket controls
@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import trio
 
-from layouts.arrays import read_array
-from layouts.h5image import (
+from layouts.hdf5 import (
     AttrPlan,
     External,
     LinkPlan,
@@ -54,9 +53,8 @@ from layouts.h5image import (
     Skeleton,
     build_image,
     external_ok,
+    parsed_type,
 )
-from layouts.h5types import parsed_type
-from layouts.hsds_ids import BadId, normalize_id
 from layouts.model import (
     AnyObject,
     Dataset,
@@ -67,9 +65,9 @@ from layouts.model import (
     LinkKind,
     ObjectRef,
 )
-from layouts.npy import npy_header
+from layouts.views import npy_header, read_array
 from mountd.errors import MountError, NotFound
-from mountd.nodes import BytesHandle, FileHandle, FileNode, NodeType, Stat
+from mountd.tree.nodes import BytesHandle, FileHandle, FileNode, NodeType, Stat
 from mountd.tree.paths import InDomain, ObjPath, root_path
 from mountd.tree.viewctx import ObjectContext
 
@@ -311,7 +309,8 @@ class _Planner:
         array = await read_array(ctx, ds)  # a sub-array type adds its dims after the shape
         values = array.reshape((count, *array.shape[len(ds.shape):]))
         if t.cls == "ref":
-            elements: list[Any] = [_stored_ref(v) for v in values]
+            elements: list[Any] = ([ds.stored_ref(v) for v in values] if ds.stored_ref
+                                   else [None] * count)
         elif ds.type.fixed_size:  # its .npy name is a real link's: plain values
             elements = values.tolist()
         else:
@@ -347,18 +346,6 @@ class _Planner:
         except MountError:
             return None
         return None if target is None or target.id not in self.first else target.id
-
-
-def _stored_ref(value: Any) -> ObjectRef | None:
-    """An object reference element as a chunk file holds it (HSDS: the id text)."""
-    text = bytes(value).rstrip(b"\0").decode("ascii", "replace") \
-        if isinstance(value, bytes | np.bytes_) else str(value or "")
-    if not text:
-        return None
-    try:
-        return ObjectRef(obj_id=normalize_id(text))
-    except BadId:
-        return None
 
 
 def _nbytes(value: Any) -> int:

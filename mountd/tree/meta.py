@@ -2,9 +2,9 @@
 
 Owns ``MetaFile``, a small file rendered whole from one object's metadata
 (``P.json``, ``.root.json``, ``.zattrs``, ``.zarray``, ``.zgroup``), and the
-renderers of each: the sidecar (``mountd.sidecar``, with the keys the
+renderers of each: the sidecar (``mountd.tree.sidecar``, with the keys the
 registered views add, ``mountd.tree.viewctx.sidecar_keys``) and the Zarr
-files (``mountd.zarrmeta``).
+files (``mountd.tree.zarrmeta``).
 
 A rendering's size is memoised with the object (and the domain, whose
 metadata a root sidecar shows), and with every other object it was derived
@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from layouts.model import AnyObject, Dataset
-from mountd import sidecar, zarrmeta
 from mountd.errors import StorageError
-from mountd.nodes import BytesHandle, FileHandle, FileNode, NodeType, Stat
+from mountd.tree import sidecar, zarrmeta
+from mountd.tree.nodes import BytesHandle, FileHandle, FileNode, NodeType, Stat
 from mountd.tree.paths import SIDECAR, InDomain, ObjPath
 from mountd.tree.viewctx import ObjectContext, sidecar_keys
 

@@ -17,9 +17,9 @@ import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
-from mountd import sidecar
 from mountd.errors import NotFound
-from mountd.nodes import DirListing, DirNode, Node, NodeType, Row, SnapshotListing, Stat
+from mountd.tree import sidecar
+from mountd.tree.nodes import DirListing, DirNode, Node, NodeType, Row, SnapshotListing, Stat
 from mountd.tree.paths import InDomain, ObjPath
 
 if TYPE_CHECKING:

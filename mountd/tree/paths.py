@@ -20,7 +20,7 @@ from typing import Any
 
 from layouts.model import AnyObject, Catalog, Domain
 from mountd.errors import NotFound
-from mountd.names import display_name
+from mountd.tree.names import display_name
 
 ROOT_SIDECAR = ".root.json"
 #: The HDF5 file view of a mount of one file (``mountd.tree.h5view``).

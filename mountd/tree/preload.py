@@ -4,7 +4,7 @@ Owns the directory readahead of the tree. When a group is listed, the order
 of its child directories is remembered (``remember``); when a walker (``ls
 -R``, ``find``, ``h5mount warm``) then opens those children in order
 (``dir_opened``), the next ones are loaded in the background
-(``mountd.dirahead`` decides which), each by its own ``preload``: a group
+(``mountd.cache.dirahead`` decides which), each by its own ``preload``: a group
 fetches itself and its children's objects, a dataset lists its chunks. A
 listing that comes while its directory is being loaded ahead waits for that
 load (``finished``) instead of repeating it. ``fetch_object`` brings one
@@ -27,8 +27,8 @@ from typing import Protocol
 
 import trio
 
-from mountd.chunkcache import ChunkCache
-from mountd.dirahead import DirReadahead
+from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.dirahead import DirReadahead
 from mountd.errors import MountError
 from mountd.tree.paths import FetchObject, ObjPath
 

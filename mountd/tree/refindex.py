@@ -24,8 +24,8 @@ from collections.abc import Callable, Hashable
 
 from layouts.model import Domain, Group, LinkKind, ObjectKind, ObjectRef
 from mountd.errors import MountError
-from mountd.sidecar import RefResolver
 from mountd.tree.paths import FetchObject, root_path
+from mountd.tree.sidecar import RefResolver
 
 #: Most objects visited when indexing a domain to resolve references.
 REF_INDEX_LIMIT = 200_000

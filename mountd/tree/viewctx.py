@@ -1,7 +1,7 @@
 """The view context: what a view sees of the mount for one object.
 
 Owns ``ObjectContext``, the tree's implementation of
-``layouts.viewapi.ViewContext``, and the two ways the tree asks views about
+``layouts.views._api.ViewContext``, and the two ways the tree asks views about
 an object without letting a view's failure spread: ``shows`` (does a view
 apply, for a listing or a symlink) and ``sidecar_keys`` (the keys views add
 to a sidecar). A context gives a view the object and its path, other
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from layouts.model import AnyObject, ChunkIndex, Dataset, ObjectRef
-from layouts.viewapi import Readahead, View
-from mountd.chunkahead import chunk_unit
+from layouts.views import Readahead, View
+from mountd.cache.chunkahead import chunk_unit
 from mountd.errors import MountError, StorageError, report_unexpected
 from mountd.tree.paths import ObjPath, root_path
 

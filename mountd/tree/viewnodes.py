@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from layouts.model import AnyObject, Domain
-from layouts.viewapi import DirView, FileView, Reader, ViewDir, ViewFile
+from layouts.views import DirView, FileView, Reader, ViewDir, ViewFile
+from mountd.cache.memo import Memo
 from mountd.errors import NotFound, StorageError
-from mountd.memo import Memo
-from mountd.names import display_name
-from mountd.nodes import (
+from mountd.tree.names import display_name
+from mountd.tree.nodes import (
     DirListing,
     DirNode,
     FileHandle,

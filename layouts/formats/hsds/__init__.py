@@ -1,0 +1,15 @@
+"""The HSDS format: a bucket of the HDF Group's object-storage schema, as a ``Catalog``.
+
+Owns everything that knows HSDS's keys and JSON: the catalog (``_catalog``),
+object ids and keys (``_ids``), values (``_values``), chunks (``_chunks``,
+``_linked``, ``_locations``), a domain's listing (``_listing``), its summaries
+(``_summary``) and the index that loads a domain at a time (``_domains``).
+The registry (``layouts.formats``) calls ``probe_place`` and ``open_place``;
+nothing outside this package imports its modules.
+
+Concurrency: see ``_catalog`` and ``_domains``.
+"""
+
+from layouts.formats.hsds._catalog import open_place, probe_place
+
+__all__ = ["open_place", "probe_place"]

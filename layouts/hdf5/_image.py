@@ -1,0 +1,690 @@
+"""HDF5 file images: the skeleton file the ``D.h5`` view of a domain serves.
+
+Owns the plan of a skeleton (``Skeleton``: the objects in creation order,
+the links that are not the first path to an object, and what was left out)
+and ``build_image``, which writes it with h5py into an in-memory HDF5 file
+and returns the file's bytes. The plan is made by the tree
+(``mountd.tree.h5view``); this module knows HDF5 and nothing of the mount.
+
+What a skeleton holds:
+
+* every group, committed datatype and dataset header, each created at the
+  first path it was reached by, with its attributes (HDF5 types as stored,
+  or inferred from the value when the format keeps none);
+* hard links (cycles too), soft links and external links as links;
+* a fixed-size dataset as contiguous external storage: one file (the
+  dataset's ``.npy`` on the mount), at an offset past the NPY header;
+* a dataset of variable-length strings or sequences, or of object
+  references, embedded with its data;
+* object references pointing at the skeleton's own objects, and dimension
+  scales attached again through the HDF5 dimension-scale API (so
+  ``DIMENSION_LIST`` and ``REFERENCE_LIST`` are right for HDF5's own tools
+  and netCDF-4 readers);
+* ``LEFT_OUT_ATTR`` on the root group when anything could not be shown:
+  one ``"PATH: reason"`` string per object or attribute.
+
+The file is written with ``libver="earliest"`` so that HDF5 1.8 and later
+open it.
+
+Concurrency: ``build_image`` is synchronous and blocks on h5py; the tree
+runs it in a worker thread, one at a time (h5py serialises its calls behind
+one lock anyway). Plans are built once and only read here.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import h5py
+import numpy as np
+import orjson
+from h5py import h5a, h5d, h5ds, h5f, h5o, h5p, h5r, h5s, h5t
+
+from layouts.errors import FormatError
+from layouts.hdf5._types import HType, parsed_type
+from layouts.model import LinkKind, ObjectKind
+
+#: The root attribute that lists what the skeleton leaves out, and why.
+LEFT_OUT_ATTR = "h5mount_left_out"
+#: Attributes the dimension-scale API writes itself (``attach_scale``, ``set_scale``).
+_SCALE_ATTRS = ("DIMENSION_LIST", "REFERENCE_LIST")
+
+_PADS = {
+    "H5T_STR_NULLTERM": h5t.STR_NULLTERM,
+    "H5T_STR_NULLPAD": h5t.STR_NULLPAD,
+    "H5T_STR_SPACEPAD": h5t.STR_SPACEPAD,
+}
+
+
+class Unsupported(Exception):
+    """A value or type the skeleton cannot hold; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRef:
+    """An object reference in a value: the id of an object of the plan, or
+    None for a reference that leads nowhere in it (written as a null reference)."""
+
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttrPlan:
+    """One attribute. ``hdf5`` is the type JSON, or None to infer one from
+    ``value``; ``shape`` is the dataspace (``()`` scalar, None ``H5S_NULL``).
+    Object references in ``value`` are ``PlanRef``s."""
+
+    name: str
+    value: Any
+    hdf5: Any = None
+    shape: tuple[int, ...] | None = ()
+
+
+@dataclass(frozen=True, slots=True)
+class External:
+    """Where a dataset's elements are: ``size`` bytes at ``offset`` of ``file``."""
+
+    file: str
+    offset: int
+    size: int
+
+
+@dataclass(slots=True)
+class ObjPlan:
+    """One object, created as ``name`` in group ``parent`` (None: the root group).
+
+    Datasets and datatypes have ``hdf5`` (type JSON). A dataset has ``shape``
+    (None: ``H5S_NULL``), ``fill`` (one element's bytes, or None for the
+    library's default) and either ``external`` storage or ``data`` to embed
+    (its elements in C order, as model values; neither: no elements to store).
+    """
+
+    id: str
+    kind: ObjectKind
+    parent: str | None
+    name: str
+    path: str
+    attrs: list[AttrPlan] = field(default_factory=list)
+    hdf5: Any = None
+    shape: tuple[int, ...] | None = ()
+    #: Largest shape, None for an unlimited dimension (None: the shape).
+    maxshape: tuple[int | None, ...] | None = None
+    fill: bytes | None = None
+    external: External | None = None
+    data: list[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPlan:
+    """A link that is not the first path to an object. HARD: ``target`` is an
+    object id; SOFT: an HDF5 path; EXTERNAL: the object's path in ``file``."""
+
+    group: str
+    name: str
+    kind: LinkKind
+    target: str
+    file: str | None = None
+
+
+@dataclass(slots=True)
+class Skeleton:
+    """A domain's skeleton: ``objects`` in creation order (the root first,
+    every group before what it holds), the other ``links``, and ``left_out``."""
+
+    objects: list[ObjPlan] = field(default_factory=list)
+    links: list[LinkPlan] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- types
+
+
+def _parse(tj: Any) -> HType:
+    """The parsed type JSON (kept per distinct JSON by ``layouts.hdf5._types``)."""
+    return parsed_type(tj)[0]
+
+
+def has_ref(t: HType) -> bool:
+    """True if the type holds an object or region reference anywhere."""
+    if t.cls in ("ref", "regionref"):
+        return True
+    if t.base is not None and has_ref(t.base):
+        return True
+    return any(has_ref(ft) for _, ft in t.fields)
+
+
+def external_ok(tj: Any) -> bool:
+    """True if a dataset of this type can be stored as its chunk files' bytes:
+    fixed-size and free of references (HSDS keeps a reference as an id string,
+    HDF5 as an address)."""
+    try:
+        t = _parse(tj)
+    except FormatError:
+        return False
+    return t.dtype is not None and not has_ref(t)
+
+
+def file_type(tj: Any) -> h5t.TypeID:
+    """The HDF5 type for type JSON ``tj``, as stored: byte order, string
+    padding and character set, enum members, opaque tag, and for a compound
+    the packed field offsets its chunk files use."""
+    try:
+        return _type_id(tj, _parse(tj))
+    except FormatError as exc:
+        raise Unsupported(str(exc)) from exc
+
+
+def _sub(tj: Any, key: str) -> Any:
+    return tj[key] if isinstance(tj, Mapping) else tj
+
+
+def _type_id(tj: Any, t: HType) -> h5t.TypeID:
+    cls = t.cls
+    if cls in ("int", "float"):
+        assert t.dtype is not None
+        return h5t.py_create(t.dtype)
+    if cls == "enum":
+        base = _sub(tj, "base")
+        enum = h5t.enum_create(_type_id(base, _parse(base)))
+        for name, value in t.members.items():
+            enum.enum_insert(name.encode("utf-8"), value)
+        return enum
+    if cls in ("string", "vstr"):
+        text = h5t.C_S1.copy()
+        if cls == "vstr":
+            text.set_size(h5t.VARIABLE)
+        else:
+            assert t.dtype is not None
+            text.set_size(t.dtype.itemsize)
+        text.set_cset(h5t.CSET_UTF8 if t.utf8 else h5t.CSET_ASCII)
+        default = h5t.STR_NULLTERM if cls == "vstr" else h5t.STR_NULLPAD
+        text.set_strpad(_PADS.get(tj.get("strPad"), default) if isinstance(tj, Mapping)
+                        else default)
+        return text
+    if cls == "opaque":
+        assert t.dtype is not None
+        opaque = h5t.create(h5t.OPAQUE, t.dtype.itemsize)
+        tag = tj.get("tag") if isinstance(tj, Mapping) else None
+        if isinstance(tag, str) and tag:
+            opaque.set_tag(tag.encode("utf-8"))
+        return opaque
+    if cls == "ref":
+        return h5t.STD_REF_OBJ.copy()
+    if cls == "regionref":
+        raise Unsupported("region references are not copied")
+    if cls == "vlen" and t.base is not None:
+        return h5t.vlen_create(_type_id(_sub(tj, "base"), t.base))
+    if cls == "array" and t.base is not None:
+        return h5t.array_create(_type_id(_sub(tj, "base"), t.base), t.dims)
+    if cls == "compound":
+        if has_ref(t):
+            raise Unsupported("compound types with reference fields are not copied")
+        if t.dtype is None:  # variable-length fields: h5py's packed layout of them
+            return h5t.py_create(mem_dtype(t), logical=True)
+        compound = h5t.create(h5t.COMPOUND, t.dtype.itemsize)
+        assert t.dtype.fields is not None
+        for (name, ft), item in zip(t.fields, tj["fields"], strict=True):
+            compound.insert(name.encode("utf-8"), t.dtype.fields[name][1],
+                            _type_id(item["type"], ft))
+        return compound
+    raise Unsupported(f"type class {cls} is not copied")
+
+
+def mem_dtype(t: HType) -> np.dtype[Any]:
+    """The NumPy dtype h5py writes elements of a type with variable-length
+    or reference parts from (objects where those parts are)."""
+    if t.dtype is not None and not has_ref(t):
+        return t.dtype
+    if t.cls == "vstr":
+        return h5py.string_dtype("utf-8" if t.utf8 else "ascii")
+    if t.cls == "ref":
+        return h5py.ref_dtype
+    if t.cls == "vlen" and t.base is not None and t.base.dtype is not None \
+            and not has_ref(t.base):
+        return h5py.vlen_dtype(t.base.dtype)
+    if t.cls == "compound" and not has_ref(t):
+        return np.dtype([(name, mem_dtype(ft)) for name, ft in t.fields])
+    raise Unsupported(f"{t.cls} values of this kind are not copied")
+
+
+# --------------------------------------------------------------------------- inferred types
+
+_VSTR = {"class": "H5T_STRING", "charSet": "H5T_CSET_UTF8", "length": "H5T_VARIABLE"}
+_BOOL = {"class": "H5T_ENUM", "base": "H5T_STD_I8LE",
+         "members": [{"name": "FALSE", "value": 0}, {"name": "TRUE", "value": 1}]}
+_OBJREF = {"class": "H5T_REFERENCE", "base": "H5T_STD_REF_OBJ"}
+
+
+def infer(value: Any) -> tuple[Any, tuple[int, ...]]:
+    """The type JSON and shape h5py would store a plain value with: a string
+    as a variable-length UTF-8 string, an int as int64, a float as float64,
+    a bool as h5py's boolean enum, a reference as an object reference, and
+    nested lists of one kind as an array of it."""
+    shape: list[int] = []
+    level: Any = value
+    while isinstance(level, list):
+        shape.append(len(level))
+        if not level:
+            break
+        level = level[0]
+    leaves: list[Any] = []
+    _leaves(value, len(shape), leaves)
+    if len(leaves) != math.prod(shape):
+        raise Unsupported("a ragged list has no HDF5 type")
+    kinds = {_kind(v) for v in leaves} or {"float"}
+    if kinds == {"int", "float"}:
+        kinds = {"float"}
+    if len(kinds) != 1:
+        raise Unsupported(f"a list mixing {', '.join(sorted(kinds))} has no HDF5 type")
+    tj = {"str": _VSTR, "int": "H5T_STD_I64LE", "float": "H5T_IEEE_F64LE", "bool": _BOOL,
+          "ref": _OBJREF}[kinds.pop()]
+    return tj, tuple(shape)
+
+
+def _leaves(value: Any, depth: int, out: list[Any]) -> None:
+    if depth == 0:
+        out.append(value)
+        return
+    if not isinstance(value, list):
+        raise Unsupported("a ragged list has no HDF5 type")
+    for item in value:
+        _leaves(item, depth - 1, out)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, PlanRef):
+        return "ref"
+    raise Unsupported(f"a {type(value).__name__} value has no HDF5 type")
+
+
+# --------------------------------------------------------------------------- values
+
+
+def flatten(value: Any, shape: tuple[int, ...]) -> list[Any]:
+    """The elements of a value nested as ``shape`` (a scalar for ``()``), in C order."""
+    out: list[Any] = []
+    try:
+        _leaves(value, len(shape), out)
+    except Unsupported:
+        raise Unsupported(f"value is not nested as {list(shape)}") from None
+    if len(out) != math.prod(shape):
+        raise Unsupported(f"value does not have the shape {list(shape)}")
+    return out
+
+
+class _Writer:
+    """Builds one image: objects by id, then links, attributes and scales."""
+
+    def __init__(self, skeleton: Skeleton, f: h5py.File) -> None:
+        self.skeleton = skeleton
+        self.file = f
+        #: Open groups and datatypes by id. Datasets are closed once made (an
+        #: open one holds its object header: 100,000 of them cost gigabytes)
+        #: and opened again by path when attributes, links or scales need them.
+        self.ids: dict[str, Any] = {}
+        self.datasets: set[str] = set()
+        self.left_out = list(skeleton.left_out)
+        self.types: dict[bytes, h5t.TypeID] = {}
+        self.paths = {plan.id: plan.path for plan in skeleton.objects}
+        #: Link properties of names that are not ASCII (one list serves every link).
+        self.lcpl = h5p.create(h5p.LINK_CREATE)
+        self.lcpl.set_char_encoding(h5t.CSET_UTF8)
+
+    def lcpl_for(self, name: bytes) -> Any:
+        """Link properties for ``name``: marked UTF-8 unless it is ASCII (the
+        mark costs as much as a quarter of making a dataset)."""
+        return self.lcpl if not name.isascii() else None
+
+    def type_of(self, tj: Any) -> h5t.TypeID:
+        """``file_type(tj)``, made once per distinct type JSON of the build."""
+        try:
+            key = orjson.dumps(tj)
+        except (orjson.JSONEncodeError, TypeError):
+            return file_type(tj)
+        tid = self.types.get(key)
+        if tid is None:
+            tid = self.types[key] = file_type(tj)
+        return tid
+
+    def ref(self, target: PlanRef | None) -> h5r.Reference:
+        oid = None if target is None or target.target is None else self.handle(target.target)
+        if oid is None:
+            return h5r.Reference()
+        return h5r.create(oid, b".", h5r.OBJECT)
+
+    # -- element conversion -------------------------------------------------
+
+    def native(self, t: HType, value: Any) -> Any:
+        """A model element as numpy assigns it into ``t.dtype`` (fixed types)."""
+        cls = t.cls
+        if cls in ("int", "float"):
+            return value
+        if cls == "enum":
+            return bool(value) if t.is_bool else int(value)
+        if cls in ("string", "opaque"):
+            if isinstance(value, str):
+                return _bytes(value)
+            return b"" if value is None else bytes(value)
+        if cls == "compound":
+            items = list(value.values()) if isinstance(value, Mapping) else value
+            return tuple(self.native(ft, v) for (_, ft), v in zip(t.fields, items, strict=True))
+        if cls == "array" and t.base is not None:
+            return [self.native(t.base, v) for v in flatten(value, t.dims)]
+        raise Unsupported(f"{cls} values are not copied")
+
+    def array(self, t: HType, shape: tuple[int, ...], elements: list[Any]) -> np.ndarray:
+        """``elements`` (C order) for h5py: a fixed-size type without
+        references as its raw bytes (``uint8``, written with the file type as
+        the memory type, so nothing is converted), others as objects."""
+        if len(elements) != math.prod(shape):  # HDF5 would read past the buffer
+            raise Unsupported(f"{len(elements)} elements for the shape {list(shape)}")
+        if t.dtype is not None and not has_ref(t):
+            raw = b"".join(np.array(self.native(t, v), dtype=t.dtype).tobytes()
+                           for v in elements)
+            return np.frombuffer(raw, dtype=np.uint8)
+        out = np.empty(len(elements), dtype=mem_dtype(t))
+        for i, v in enumerate(elements):
+            out[i] = self.element(t, v)
+        return out.reshape(shape)
+
+    def element(self, t: HType, value: Any) -> Any:
+        """A model element as h5py assigns it into ``mem_dtype(t)``."""
+        if t.dtype is not None and not has_ref(t):
+            return self.native(t, value)
+        if t.cls == "compound":
+            items = list(value.values()) if isinstance(value, Mapping) else value
+            return tuple(self.element(ft, v) for (_, ft), v in zip(t.fields, items, strict=True))
+        if t.cls == "vstr":
+            if isinstance(value, bytes):
+                return value
+            text = "" if value is None else str(value)
+            return _bytes(text) if not t.utf8 else text
+        if t.cls == "ref":
+            return self.ref(value if isinstance(value, PlanRef) else None)
+        assert t.base is not None and t.base.dtype is not None
+        items = list(value) if isinstance(value, list | tuple | np.ndarray) else [value]
+        return np.array([self.native(t.base, v) for v in items], dtype=t.base.dtype)
+
+    # -- objects ---------------------------------------------------------------
+
+    def create(self, plan: ObjPlan) -> None:
+        if plan.parent is None:
+            self.ids[plan.id] = self.file["/"].id
+            return
+        parent = self.ids[plan.parent]
+        name = _bytes(plan.name)
+        lcpl = self.lcpl_for(name)
+        if plan.kind is ObjectKind.GROUP:
+            gcpl = h5p.create(h5p.GROUP_CREATE)
+            gcpl.set_obj_track_times(False)
+            self.ids[plan.id] = h5py.h5g.create(parent, name, lcpl=lcpl, gcpl=gcpl)
+        elif plan.kind is ObjectKind.DATATYPE:
+            tid = file_type(plan.hdf5)
+            tid.commit(parent, name, lcpl=lcpl)
+            self.ids[plan.id] = tid
+        else:
+            if plan.data is not None:
+                self.embedded(parent, name, lcpl, plan)
+            else:
+                self.dataset(parent, name, lcpl, plan)
+            self.datasets.add(plan.id)
+
+    def handle(self, obj_id: str) -> Any:
+        """The open object ``obj_id`` of the image, or None if it was not made."""
+        oid = self.ids.get(obj_id)
+        if oid is None and obj_id in self.datasets:
+            oid = h5o.open(self.file.id, _bytes(self.paths[obj_id]))
+        return oid
+
+    def dataset(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
+        tid = self.type_of(plan.hdf5)
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_obj_track_times(False)  # halves the cost of a dataset; no time is real
+        space = self.space(plan, dcpl)
+        if plan.fill is not None and any(plan.fill):  # HDF5's default fill is zeros
+            filled = dcpl.copy()
+            try:
+                filled.set_fill_value(_fill_array(_parse(plan.hdf5), plan.fill))
+                return h5d.create(parent, name, tid, space, dcpl=filled, lcpl=lcpl)
+            except (ValueError, TypeError, RuntimeError, FormatError) as exc:
+                self.left_out.append(f"{plan.path}: fill value not kept ({exc})")
+        return h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
+
+    def space(self, plan: ObjPlan, dcpl: Any) -> Any:
+        """The dataspace of a dataset, and its storage in ``dcpl``.
+
+        An extendible dataset keeps its ``maxshape``: with external storage
+        HDF5 allows that for the first dimension alone (the external file
+        then has no set size); embedded and empty ones are chunked, in one
+        chunk. Any other ``maxshape`` is noted as not kept.
+        """
+        ext = plan.external
+        if plan.shape is None:
+            return h5s.create(h5s.NULL)
+        if plan.shape == ():
+            if ext is not None:
+                dcpl.set_external(_bytes(ext.file), ext.offset, ext.size)
+            return h5s.create(h5s.SCALAR)
+        shape, maxshape = plan.shape, plan.maxshape or plan.shape
+        maxdims = tuple(h5s.UNLIMITED if m is None else m for m in maxshape)
+        if ext is None:
+            if maxshape != shape:
+                dcpl.set_chunk(tuple(max(1, n) for n in shape))
+            return h5s.create_simple(shape, maxdims)
+        if maxshape != shape and maxshape[1:] == shape[1:]:
+            dcpl.set_external(_bytes(ext.file), ext.offset, h5f.UNLIMITED)
+            return h5s.create_simple(shape, maxdims)
+        if maxshape != shape:
+            self.left_out.append(f"{plan.path}: maxshape {list(maxshape)} not kept (HDF5 "
+                                 "extends external storage along the first dimension only)")
+        dcpl.set_external(_bytes(ext.file), ext.offset, ext.size)
+        return h5s.create_simple(shape)
+
+    def embedded(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
+        """A dataset with its elements written, or none at all: the elements
+        are converted before it is made, and it is unlinked if writing fails."""
+        assert plan.data is not None
+        t = _parse(plan.hdf5)
+        arr = self.array(t, plan.shape or (), plan.data)
+        dsid = self.dataset(parent, name, lcpl, plan)
+        try:
+            if arr.dtype == np.uint8 and t.dtype is not None and not has_ref(t):
+                dsid.write(h5s.ALL, h5s.ALL, arr, mtype=self.type_of(plan.hdf5))
+            else:
+                h5py.Dataset(dsid)[...] = arr
+        except BaseException:
+            parent.links.delete(name)
+            raise
+        return dsid
+
+    # -- attributes -------------------------------------------------------------
+
+    def attributes(self, plan: ObjPlan) -> None:
+        if not plan.attrs:
+            return
+        oid = self.handle(plan.id)
+        scale = any(a.name == "CLASS" and _text(a.value) == "DIMENSION_SCALE"
+                    for a in plan.attrs) and plan.kind is ObjectKind.DATASET
+        for attr in plan.attrs:
+            if attr.name in _SCALE_ATTRS or (scale and attr.name in ("CLASS", "NAME")):
+                continue
+            try:
+                self.attribute(oid, attr)
+            except (*_FAILURES, OverflowError) as exc:
+                self.left_out.append(f"{plan.path}: attribute {attr.name!r} not copied ({exc})")
+        if scale:
+            name = next((_text(a.value) for a in plan.attrs if a.name == "NAME"), "")
+            h5ds.set_scale(oid, _bytes(name))
+
+    def attribute(self, oid: Any, attr: AttrPlan) -> None:
+        if attr.hdf5 is None:
+            tj, shape = infer(attr.value)
+            value: Any = attr.value
+        else:
+            tj, shape, value = attr.hdf5, attr.shape, attr.value
+        tid = self.type_of(tj)
+        name = _bytes(attr.name)
+        if shape is None:
+            h5a.create(oid, name, tid, h5s.create(h5s.NULL))
+            return
+        t = _parse(tj)
+        arr = self.array(t, shape, flatten(value, shape))
+        space = h5s.create(h5s.SCALAR) if shape == () else h5s.create_simple(shape)
+        made = h5a.create(oid, name, tid, space)
+        if arr.dtype == np.uint8 and t.dtype is not None and not has_ref(t):
+            made.write(arr, mtype=tid)
+        else:
+            made.write(arr)
+
+    def scales(self, made: list[ObjPlan]) -> None:
+        """Attach the dimension scales the datasets' ``DIMENSION_LIST``s name,
+        in the order of the scales' stored ``REFERENCE_LIST``s (which the
+        library writes in attaching order), then any others."""
+        wanted: dict[tuple[str, str, int], str] = {}  # (dataset, scale, dim) -> path
+        for plan in made:
+            for attr in plan.attrs:
+                if attr.name != "DIMENSION_LIST" or plan.kind is not ObjectKind.DATASET:
+                    continue
+                for index, refs in enumerate(attr.value if isinstance(attr.value, list) else []):
+                    for ref in refs if isinstance(refs, list) else [refs]:
+                        scale = ref.target if isinstance(ref, PlanRef) else None
+                        if scale is None or (scale not in self.ids
+                                             and scale not in self.datasets):
+                            self.left_out.append(f"{plan.path}: dimension {index} scale "
+                                                 "does not resolve")
+                        else:
+                            wanted[plan.id, scale, index] = plan.path
+        order: list[tuple[str, str, int]] = []
+        for plan in made:
+            for attr in plan.attrs:
+                if attr.name == "REFERENCE_LIST" and isinstance(attr.value, list):
+                    order += [(entry[0].target, plan.id, entry[1]) for entry in attr.value
+                              if isinstance(entry, list) and len(entry) == 2
+                              and isinstance(entry[0], PlanRef)]
+        for key in [k for k in order if k in wanted] + list(wanted):
+            path = wanted.pop(key, None)
+            if path is None:
+                continue
+            dataset, scale, index = key
+            try:
+                h5ds.attach_scale(self.handle(dataset), self.handle(scale), index)
+            except (ValueError, RuntimeError, KeyError) as exc:
+                self.left_out.append(f"{path}: dimension {index} scale not attached ({exc})")
+
+    def links(self) -> None:
+        for link in self.skeleton.links:
+            group = self.ids.get(link.group)  # groups stay open
+            if group is None:
+                continue
+            name = _bytes(link.name)
+            lcpl = self.lcpl_for(name)
+            if link.kind is LinkKind.HARD:
+                target = self.handle(link.target)
+                if target is None:
+                    where = self.paths.get(link.group, "?").rstrip("/")
+                    self.left_out.append(f"{where}/{link.name}: a hard link to an object "
+                                         "left out")
+                    continue
+                h5o.link(target, group, name, lcpl=lcpl)
+            elif link.kind is LinkKind.SOFT:
+                group.links.create_soft(name, _bytes(link.target),
+                                        lcpl=lcpl)
+            else:
+                assert link.file is not None
+                group.links.create_external(name, _bytes(link.file),
+                                            _bytes(link.target),
+                                            lcpl=lcpl)
+
+
+def _bytes(text: str) -> bytes:
+    """A name or path for HDF5: UTF-8, undecodable bytes as they came."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _fill_array(t: HType, fill: bytes) -> np.ndarray:
+    """One fill element, for h5py's ``set_fill_value``, which converts it to
+    the file type. A string goes as a variable-length one (h5py stores the
+    address of a fixed-size string given alone, and HDF5 converts no fixed
+    string between character sets); others in ``_fill_dtype``."""
+    if t.cls == "string":
+        return np.array(fill.rstrip(b"\0"), dtype=h5py.string_dtype(
+            "utf-8" if t.utf8 else "ascii"))
+    return np.frombuffer(fill, dtype=_fill_dtype(t)).reshape(())
+
+
+def _fill_dtype(t: HType) -> np.dtype[Any]:
+    """The dtype to give h5py a fill value of a fixed-size type in: one h5py
+    turns into the same HDF5 type, as HDF5 converts no integer to an enum."""
+    assert t.dtype is not None
+    if t.cls == "enum" and not t.is_bool:
+        return h5py.enum_dtype(dict(t.members), basetype=t.dtype)
+    if t.cls == "compound":
+        assert t.dtype.fields is not None
+        return np.dtype({"names": [n for n, _ in t.fields],
+                         "formats": [_fill_dtype(ft) for _, ft in t.fields],
+                         "offsets": [t.dtype.fields[n][1] for n, _ in t.fields],
+                         "itemsize": t.dtype.itemsize})
+    if t.cls == "array" and t.base is not None:
+        return np.dtype((_fill_dtype(t.base), t.dims))
+    return t.dtype
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""
+
+
+_FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyError)
+
+
+def _refers(tj: Any) -> bool:
+    try:
+        return has_ref(_parse(tj))
+    except FormatError:
+        return False
+
+
+def build_image(skeleton: Skeleton) -> tuple[bytes, list[str]]:
+    """The HDF5 file of ``skeleton`` as bytes, and what it leaves out
+    (``skeleton.left_out`` and what could not be written)."""
+    fapl = h5p.create(h5p.FILE_ACCESS)
+    fapl.set_fapl_core(block_size=1 << 20, backing_store=False)
+    fapl.set_libver_bounds(h5f.LIBVER_EARLIEST, h5f.LIBVER_LATEST)
+    name = f"h5mount-{uuid.uuid4().hex}.h5".encode()
+    fid = h5f.create(name, h5f.ACC_TRUNC, fapl=fapl)
+    with h5py.File(fid) as f:
+        writer = _Writer(skeleton, f)
+        # Embedded elements that are references are written last, when every
+        # object they may point at exists.
+        later = [plan for plan in skeleton.objects
+                 if plan.data is not None and _refers(plan.hdf5)]
+        later_ids = {plan.id for plan in later}
+        made: list[ObjPlan] = []
+        for plan in [p for p in skeleton.objects if p.id not in later_ids] + later:
+            try:
+                writer.create(plan)
+                made.append(plan)
+            except _FAILURES as exc:
+                writer.left_out.append(f"{plan.path}: not copied ({exc})")
+        writer.links()
+        for plan in made:
+            writer.attributes(plan)
+        writer.scales(made)
+        if writer.left_out:
+            f.attrs.create(LEFT_OUT_ATTR, writer.left_out, dtype=h5py.string_dtype())
+        f.flush()
+        return bytes(f.id.get_file_image()), writer.left_out
+

@@ -1,0 +1,44 @@
+"""Views: the files and directories conventions show beside HDF5 objects.
+
+Owns the view API (``_api``: ``View``, ``FileView``, ``DirView``, ``Reader``
+and the ``ViewContext`` a view sees), files streamed from an async generator
+(``_stream``), array reads through a view's context (``_arrays``), tables as
+text (``_columns``), and the generic views: a dataset's whole-array ``.npy``
+(``_npy``) and a plain HDF5 table's CSV (``_table``). Conventions are
+subpackages (``anndata``, ``legend``); ``VIEWS`` (``_registry``) lists every
+view the mount shows. The tree imports the names below; nothing in this
+package imports ``mountd``.
+
+Concurrency: views are stateless; each module says what it shares.
+"""
+
+from layouts.views._api import (
+    AHEAD_CHUNKS,
+    DirView,
+    FileView,
+    Readahead,
+    Reader,
+    View,
+    ViewContext,
+    ViewDir,
+    ViewFile,
+)
+from layouts.views._arrays import decode_chunk, read_array
+from layouts.views._npy import npy_header
+from layouts.views._registry import VIEWS
+
+__all__ = [
+    "AHEAD_CHUNKS",
+    "VIEWS",
+    "DirView",
+    "FileView",
+    "Readahead",
+    "Reader",
+    "View",
+    "ViewContext",
+    "ViewDir",
+    "ViewFile",
+    "decode_chunk",
+    "npy_header",
+    "read_array",
+]

@@ -1,0 +1,117 @@
+"""View files produced in order by an async generator (CSV, JSON lines...).
+
+Owns ``StreamReader``, a ``Reader`` over a stream of byte pieces that is
+never held whole, and ``StreamedFile``, a ``ViewFile`` whose content is such
+a stream: its exact size is counted by streaming the content once (the tree
+keeps the count with the object), and each open reads from a fresh stream.
+
+A ``StreamReader`` keeps its stream open between reads and the last ``keep``
+bytes it produced, so a sequential reader (``cat``, ``cp``, the kernel's
+readahead, whose requests may arrive a little out of order) costs one pass.
+A read that starts before the bytes kept starts the stream again from the
+beginning and skips forward; a read far ahead skips forward, holding no
+more than ``keep`` bytes besides the piece being read.
+
+Concurrency: each reader has one lock, held across the stream's awaits, so
+the reads of one open file are served one at a time (a stream is
+sequential anyway); each open has its own reader and stream.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Callable
+
+import trio
+
+from layouts.views._api import Reader, ViewContext, ViewFile
+
+#: Bytes a reader keeps behind its position, for requests that come back a little.
+KEEP = 4 << 20
+
+
+async def _close(stream: AsyncIterator[bytes] | None) -> None:
+    """Finish a stream left early (an async generator may hold resources)."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+class StreamReader(Reader):
+    """A reader over the stream ``open_stream()`` gives, from its beginning."""
+
+    def __init__(self, open_stream: Callable[[], AsyncIterator[bytes]], keep: int = KEEP) -> None:
+        self._open = open_stream
+        self._keep = keep
+        self._stream: AsyncIterator[bytes] | None = None
+        self._ended = False
+        #: Bytes ``[_start, _start + len(_buf))`` of the content.
+        self._buf = bytearray()
+        self._start = 0
+        self._lock = trio.Lock()
+
+    async def read(self, offset: int, size: int) -> bytes:
+        async with self._lock:
+            if self._stream is None or offset < self._start:
+                await self._restart()
+            end = offset + size
+            while self._start + len(self._buf) < end and await self._pull():
+                self._drop_before(min(offset, self._start + len(self._buf) - self._keep))
+            lo = max(0, offset - self._start)
+            data = bytes(self._buf[lo:lo + size])
+            self._drop_before(offset + len(data) - self._keep)
+            return data
+
+    async def _pull(self) -> bool:
+        """Append the stream's next piece; False at its end."""
+        if self._ended or self._stream is None:
+            return False
+        try:
+            piece = await anext(self._stream)
+        except StopAsyncIteration:
+            self._ended = True
+            return False
+        except BaseException:
+            # The stream is finished by its error (or a cancellation): the
+            # next read starts afresh rather than see a short file.
+            self._stream = None
+            raise
+        self._buf += piece
+        return True
+
+    def _drop_before(self, position: int) -> None:
+        """Forget the bytes before ``position`` (at most all of them)."""
+        count = min(len(self._buf), position - self._start)
+        if count > 0:
+            del self._buf[:count]
+            self._start += count
+
+    async def _restart(self) -> None:
+        stream, self._stream = self._stream, None
+        await _close(stream)
+        self._stream = self._open()
+        self._ended = False
+        self._buf.clear()
+        self._start = 0
+
+
+class StreamedFile(ViewFile):
+    """A view file whose content ``pieces`` produces in order."""
+
+    @abstractmethod
+    def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+        """The content, in pieces of any size (an async generator)."""
+
+    async def size(self, ctx: ViewContext) -> int:
+        """The content's length, streamed once and counted (never held)."""
+        total = 0
+        stream = self.pieces(ctx)
+        try:
+            async for piece in stream:
+                total += len(piece)
+        finally:
+            await _close(stream)
+        return total
+
+    async def open(self, ctx: ViewContext) -> Reader:
+        return StreamReader(lambda: self.pieces(ctx))

@@ -1,0 +1,136 @@
+"""The metadata documents of one HDF5 object: the ``.json`` sidecar and xattrs.
+
+Owns the sidecar's shape (MOUNT-SPEC.md, "Sidecar JSON"), with the keys
+views add to it (``layouts.views._api.View.sidecar``, given here by the tree),
+and the ``user.h5.*`` extended attributes. Works on model objects; the only
+I/O is through the callables it is given (reading a scalar's one chunk,
+resolving object references to paths). Stateless; safe from any number of
+tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, LinkKind, ObjectRef
+from layouts.views import decode_chunk
+from mountd.tree import jsonvalue
+
+log = logging.getLogger(__name__)
+
+XATTR_MAX = 64 * 1024
+
+RefResolver = Callable[[ObjectRef], Awaitable[str | None]]
+
+
+async def resolved_jsonable(value: Any, resolve: RefResolver,
+                            holding_refs: Sequence[Any] | None = None) -> Any:
+    """``value`` as strict-JSON-safe Python, object references resolved to paths.
+
+    ``holding_refs``, when given, are the only parts of ``value`` that may hold
+    references (attribute values, say), so the rest is not searched.
+    """
+    scan = [value] if holding_refs is None else holding_refs
+    refs = {ref: await resolve(ref) for part in scan for ref in set(jsonvalue.iter_refs(part))}
+    return jsonvalue.jsonable(value, refs)
+
+
+async def scalar_value(ds: Dataset) -> Any:
+    """The value of a scalar dataset (its fill value when the chunk is not stored)."""
+    data = await ds.read_chunk((0,))
+    if data is None:
+        return ds.effective_fill
+    return decode_chunk(ds, data)[0]
+
+
+def _dataset_fields(ds: Dataset) -> dict[str, Any]:
+    return {
+        "shape": None if ds.shape is None else list(ds.shape),
+        "maxshape": None if ds.maxshape is None else list(ds.maxshape),
+        "dtype": ds.type.sidecar,
+        "chunks": list(ds.chunks),
+        "fill_value": ds.effective_fill,
+        "hdf5": dict(ds.hdf5),
+    }
+
+
+async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,
+                           resolve: RefResolver,
+                           views: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The sidecar of ``obj`` reached at ``h5path`` as JSON-safe Python.
+
+    ``domain`` is given for a domain's root group, whose sidecar carries the
+    domain's own metadata. ``views`` are the keys views add, after the
+    sidecar's own (which they cannot replace).
+    """
+    doc: dict[str, Any] = {"kind": obj.kind.value, "path": h5path, "id": obj.id}
+    if isinstance(obj, Dataset):
+        doc.update(_dataset_fields(obj))
+        if obj.shape == ():
+            doc["value"] = await scalar_value(obj)
+    elif isinstance(obj, Datatype):
+        doc["dtype"] = obj.type.sidecar
+        doc["hdf5"] = {"type": dict(obj.type.hdf5)}
+    elif isinstance(obj, Group):
+        if domain is not None and domain.info:
+            doc["domain"] = dict(domain.info)
+        links = stored_links(obj)
+        if links:
+            doc["links"] = links
+    doc["attributes"] = {a.name: a.value for a in obj.attrs}
+    doc["modified"] = obj.modified
+    added = {key: value for key, value in (views or {}).items() if key not in doc}
+    doc.update(added)
+    # References live in attribute values, data and what views add; the rest
+    # is storage JSON.
+    holding = [*doc["attributes"].values(), doc.get("value"), doc.get("fill_value"),
+               *added.values()]
+    result: dict[str, Any] = await resolved_jsonable(doc, resolve, holding)
+    return result
+
+
+def stored_links(group: Group) -> dict[str, dict[str, str | None]]:
+    """The group's soft and external links as stored, by name: their symlinks'
+    texts are rewritten to stay inside the mount, so the raw targets are kept
+    here (hard links are the directories themselves)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for name, link in group.links.items():
+        if link.kind is LinkKind.SOFT:
+            out[name] = {"kind": "soft", "path": link.target}
+        elif link.kind is LinkKind.EXTERNAL:
+            out[name] = {"kind": "external", "domain": link.domain, "path": link.target}
+    return out
+
+
+async def sidecar_bytes(obj: AnyObject, h5path: str, domain: Domain | None,
+                        resolve: RefResolver, views: Mapping[str, Any] | None = None) -> bytes:
+    doc = await sidecar_document(obj, h5path, domain, resolve, views)
+    return jsonvalue.encode_indented(doc) + b"\n"
+
+
+async def object_xattrs(obj: AnyObject, resolve: RefResolver) -> dict[str, bytes]:
+    """``user.h5.*`` attributes of ``obj``; values over 64 KiB are left out."""
+    out: dict[str, bytes] = {"user.h5.id": obj.id.encode(), "user.h5.kind": obj.kind.value.encode()}
+    if isinstance(obj, Dataset | Datatype):
+        sidecar_dtype = obj.type.sidecar
+        out["user.h5.dtype"] = (sidecar_dtype if isinstance(sidecar_dtype, str)
+                                else jsonvalue.dumps(sidecar_dtype, indent=None)).encode()
+    if isinstance(obj, Dataset):
+        shape = None if obj.shape is None else list(obj.shape)
+        out["user.h5.shape"] = jsonvalue.dumps(shape, indent=None).encode()
+    for attr in obj.attrs:
+        name = f"user.h5.attr.{attr.name}"
+        if len(name.encode()) > 255:
+            continue
+        if isinstance(attr.value, str):
+            value = attr.value.encode("utf-8", "surrogateescape")
+        else:
+            value = jsonvalue.dumps(await resolved_jsonable(attr.value, resolve),
+                                    indent=None).encode()
+        if len(value) > XATTR_MAX:
+            log.debug("xattr %s of %s left out: %d bytes", name, obj.id, len(value))
+            continue
+        out[name] = value
+    return out
