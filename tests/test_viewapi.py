@@ -9,9 +9,8 @@ the ``ViewContext``), are registered with a tree over an in-memory catalog:
   the first ``stat`` streams the content once to count it, and the count is
   kept until the group or the child changes. It adds ``"toy"`` to the
   group's sidecar.
-* ``PartsView``: ``P.parts/`` for a 2-D dataset, a directory view with a
-  file and a nested directory, whose files have the default size (read
-  through once).
+* ``RowsView``: ``P.rows`` for a 2-D dataset, its rows as lines, with the
+  default size (read through once).
 
 Also ``layouts.views._arrays`` reads, ``StreamReader``'s restarts, a view that
 fails in ``applies``, and the registry the daemon uses.
@@ -20,7 +19,7 @@ fails in ``applies``, and the registry the daemon uses.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numcodecs
@@ -38,7 +37,7 @@ from layouts.model import (
 )
 from layouts.views import VIEWS
 from layouts.views import _arrays as arrays
-from layouts.views._api import DirView, FileView, Reader, ViewContext, ViewDir, ViewFile
+from layouts.views._api import FileView, Reader, ViewContext
 from layouts.views._npy import NpyView
 from layouts.views._stream import StreamedFile, StreamReader
 from mountd.cache.metacache import CachedCatalog
@@ -111,39 +110,20 @@ class BytesReader(Reader):
         return self.data[offset:offset + size]
 
 
-class ShapeFile(ViewFile):
-    async def open(self, ctx: ViewContext) -> Reader:
-        assert isinstance(ctx.obj, Dataset)
-        return BytesReader(f"{ctx.obj.shape}\n".encode())
+class RowsView(FileView):
+    """``P.rows``: a 2-D dataset's rows, one line each, with the default size."""
 
-
-class RowFile(ViewFile):
-    def __init__(self, row: int) -> None:
-        self.row = row
-
-    async def open(self, ctx: ViewContext) -> Reader:
-        assert isinstance(ctx.obj, Dataset)
-        rows = await arrays.read_rows(ctx, ctx.obj, self.row, self.row + 1)
-        return BytesReader(" ".join(f"{v:g}" for v in rows[0]).encode() + b"\n")
-
-
-class RowsDir(ViewDir):
-    async def entries(self, ctx: ViewContext) -> Mapping[str, ViewFile | ViewDir]:
-        assert isinstance(ctx.obj, Dataset) and ctx.obj.shape
-        return {f"{i}.txt": RowFile(i) for i in range(ctx.obj.shape[0])}
-
-
-class PartsView(DirView):
-    """``P.parts/``: ``shape.txt`` and ``rows/N.txt`` of a 2-D dataset."""
-
-    suffix = ".parts"
+    suffix = ".rows"
 
     async def applies(self, ctx: ViewContext) -> bool:
         obj = ctx.obj
         return isinstance(obj, Dataset) and obj.shape is not None and len(obj.shape) == 2
 
-    async def entries(self, ctx: ViewContext) -> Mapping[str, ViewFile | ViewDir]:
-        return {"shape.txt": ShapeFile(), "rows": RowsDir()}
+    async def open(self, ctx: ViewContext) -> Reader:
+        assert isinstance(ctx.obj, Dataset) and ctx.obj.shape
+        rows = await arrays.read_rows(ctx, ctx.obj, 0, ctx.obj.shape[0])
+        return BytesReader(b"".join(" ".join(f"{v:g}" for v in row).encode() + b"\n"
+                                    for row in rows))
 
 
 class FailingView(FileView):
@@ -207,7 +187,7 @@ class Clock:
 
 def make_tree(clock: Clock, catalog: MemoryCatalog | None = None) -> Tree:
     cached = CachedCatalog(catalog or make_catalog(), ttl=60, clock=clock)
-    return Tree(cached, views=[LinesView(), PartsView(), FailingView()])
+    return Tree(cached, views=[LinesView(), RowsView(), FailingView()])
 
 
 async def walk(tree: Tree, path: str) -> Node:
@@ -316,24 +296,18 @@ def test_size_is_computed_once_for_concurrent_stats() -> None:
     trio.run(main)
 
 
-def test_dir_view_lists_and_reads() -> None:
+def test_default_size_reads_the_file_through() -> None:
     async def main() -> None:
         tree = make_tree(Clock())
         root = await listing(await tree.root())
-        assert isinstance(root["grid.parts"], DirNode)
-        assert "table.parts" not in root  # a group, not a 2-D dataset
-        parts = await listing(await walk(tree, "grid.parts"))
-        assert list(parts) == ["shape.txt", "rows"]
-        assert await read_all(parts["shape.txt"]) == b"(7, 6)\n"
-        rows = await listing(await walk(tree, "grid.parts/rows"))
-        assert list(rows) == [f"{i}.txt" for i in range(7)]
-        grid = expected_grid()
-        for i in range(7):
-            node = await walk(tree, f"grid.parts/rows/{i}.txt")
-            want = " ".join(f"{v:g}" for v in grid[i]).encode() + b"\n"
-            st = await node.stat()  # the default size: read through once
-            assert st.exact and st.size == len(want)
-            assert await read_all(node) == want
+        assert isinstance(root["grid.rows"], FileNode)
+        assert "table.rows" not in root  # a group, not a 2-D dataset
+        want = b"".join(" ".join(f"{v:g}" for v in row).encode() + b"\n"
+                        for row in expected_grid())
+        node = await walk(tree, "grid.rows")
+        st = await node.stat()  # the default size: read through once
+        assert st.exact and st.size == len(want)
+        assert await read_all(node) == want
     trio.run(main)
 
 
@@ -342,7 +316,7 @@ def test_a_failing_view_leaves_the_rest_shown() -> None:
         tree = make_tree(Clock())
         root = await listing(await tree.root())
         assert not any(name.endswith(".bad") for name in root)
-        assert {"table", "table.json", "table.txt", "grid.parts"} <= set(root)
+        assert {"table", "table.json", "table.txt", "grid.rows"} <= set(root)
     trio.run(main)
 
 

@@ -1,6 +1,6 @@
 """Views: the files and directories conventions show beside HDF5 objects.
 
-Owns the view API (``_api``: ``View``, ``FileView``, ``DirView``, ``Reader``
+Owns the view API (``_api``: ``View``, ``FileView``, ``Reader``
 and the ``ViewContext`` a view sees), files streamed from an async generator
 (``_stream``), array reads through a view's context (``_arrays``), tables as
 text (``_columns``), and the generic views: a dataset's whole-array ``.npy``
@@ -14,13 +14,11 @@ Concurrency: views are stateless; each module says what it shares.
 
 from layouts.views._api import (
     AHEAD_CHUNKS,
-    DirView,
     FileView,
     Readahead,
     Reader,
     View,
     ViewContext,
-    ViewDir,
     ViewFile,
 )
 from layouts.views._arrays import decode_chunk, read_array
@@ -30,13 +28,11 @@ from layouts.views._registry import VIEWS
 __all__ = [
     "AHEAD_CHUNKS",
     "VIEWS",
-    "DirView",
     "FileView",
     "Readahead",
     "Reader",
     "View",
     "ViewContext",
-    "ViewDir",
     "ViewFile",
     "decode_chunk",
     "npy_header",

@@ -13,7 +13,6 @@ view that applies contributes:
 
 * a file ``P<suffix>`` (a ``FileView``): an exact size and a ``Reader`` that
   produces any byte range on demand;
-* or a directory ``P<suffix>/`` (a ``DirView``) of such files and directories;
 * and, with a ``sidecar_key``, that key in the object's sidecar
   (``View.sidecar``). A plain ``View`` with no suffix contributes only that.
 
@@ -50,7 +49,7 @@ its own state with no ``await`` in between, or guards it with a lock.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -160,8 +159,8 @@ class Reader(ABC):
 
 
 class ViewFile(ABC):
-    """A file a view shows: the view's ``P<suffix>`` itself, or an entry of a
-    ``DirView``. Its methods get the context of the view's object."""
+    """A file a view shows, ``P<suffix>``. Its methods get the context of the
+    view's object."""
 
     def known_size(self, ctx: ViewContext) -> int | None:
         """The exact size, when it costs no I/O and follows from ``ctx.obj``
@@ -184,21 +183,11 @@ class ViewFile(ABC):
         """A reader of the content."""
 
 
-class ViewDir(ABC):
-    """A directory a view shows: the view's ``P<suffix>/`` itself, or an entry
-    of another ``ViewDir``."""
-
-    @abstractmethod
-    async def entries(self, ctx: ViewContext) -> Mapping[str, ViewFile | ViewDir]:
-        """The entries by name (escaped like link names when shown), in
-        listing order."""
-
-
 class View(ABC):
     """What a convention recognises in one kind of object.
 
-    Subclass ``FileView`` or ``DirView`` to show an entry beside the object;
-    subclass ``View`` itself to contribute only a sidecar key.
+    Subclass ``FileView`` to show a file beside the object; subclass ``View``
+    itself to contribute only a sidecar key.
     """
 
     #: The entry is ``P<suffix>``; None: no entry.
@@ -220,11 +209,5 @@ class View(ABC):
 
 class FileView(View, ViewFile):
     """A view shown as the file ``P<suffix>``."""
-
-    suffix: str
-
-
-class DirView(View, ViewDir):
-    """A view shown as the directory ``P<suffix>/``."""
 
     suffix: str

@@ -25,7 +25,7 @@ from collections.abc import Hashable, Sequence
 import trio
 
 from layouts.model import AnyObject, Catalog, ChunkIndex, Dataset, Domain, Group
-from layouts.views import DirView, FileView, View
+from layouts.views import FileView, View
 from mountd.cache import chunkbatch
 from mountd.cache.chunkahead import GridReadahead
 from mountd.cache.chunkcache import ChunkCache
@@ -58,7 +58,7 @@ class Tree:
         self.catalog = catalog
         self.views = tuple(views)
         #: The views that show an entry ``P<suffix>`` beside the objects they apply to.
-        self.entry_views = tuple(v for v in self.views if isinstance(v, FileView | DirView))
+        self.entry_views = tuple(v for v in self.views if isinstance(v, FileView))
         #: The views that add a key to the sidecars of the objects they apply to.
         self.sidecar_views = tuple(v for v in self.views if v.sidecar_key is not None)
         self.chunk_cache = chunk_cache or ChunkCache(0)

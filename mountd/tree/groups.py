@@ -58,7 +58,7 @@ from mountd.tree.paths import (
 )
 from mountd.tree.preload import LIST_CONCURRENCY
 from mountd.tree.viewctx import ObjectContext, shows
-from mountd.tree.viewnodes import view_node
+from mountd.tree.viewnodes import ViewFileNode
 
 if TYPE_CHECKING:
     from mountd.tree.core import Tree
@@ -340,5 +340,5 @@ class GroupDir(ObjectDir):
             ctx = ObjectContext(self.tree, op, obj)
             for view in self.tree.entry_views:
                 if await shows(view, ctx):
-                    entries[view.suffix] = view_node(self.tree, op, view)
+                    entries[view.suffix] = ViewFileNode(self.tree, op, view)
         return entries

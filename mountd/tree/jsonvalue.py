@@ -90,11 +90,6 @@ def dumps(value: Any, refs: Mapping[ObjectRef, str | None] | None = None,
     return json.dumps(jsonable(value, refs), indent=indent, allow_nan=False, ensure_ascii=False)
 
 
-def dumps_indented(value: Any, refs: Mapping[ObjectRef, str | None] | None = None) -> bytes:
-    """``dumps(value, refs)`` (indented by 2) as UTF-8 bytes, the same JSON."""
-    return encode_indented(jsonable(value, refs))
-
-
 def encode_indented(plain: Any) -> bytes:
     """A value that is already plain JSON-safe Python (``jsonable``'s output)
     as JSON indented by 2, in UTF-8.

@@ -1,8 +1,7 @@
-"""The nodes of views: the ``P<suffix>`` files and directories conventions show.
+"""The nodes of views: the ``P<suffix>`` files conventions show.
 
-Owns ``ViewFileNode`` and ``ViewDirNode`` (a view's own entry, and the
-entries inside a ``DirView``, found by their names under it), the handle of
-an open view file, and ``ViewSizes``, which keeps the sizes views compute.
+Owns ``ViewFileNode`` (a view's file beside an object), the handle of an
+open view file, and ``ViewSizes``, which keeps the sizes views compute.
 
 Every operation reads the object afresh, makes a context for it
 (``mountd.tree.viewctx``) and asks the view whether it still applies: an
@@ -33,21 +32,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from layouts.model import AnyObject, Domain
-from layouts.views import DirView, FileView, Reader, ViewDir, ViewFile
+from layouts.views import FileView, Reader, ViewFile
 from mountd.cache.memo import Memo
-from mountd.errors import NotFound, StorageError
-from mountd.tree.names import display_name
+from mountd.errors import StorageError
 from mountd.tree.nodes import (
-    DirListing,
-    DirNode,
     FileHandle,
     FileNode,
-    Node,
     NodeType,
-    Row,
-    SnapshotListing,
     Stat,
-    listed_stat,
 )
 from mountd.tree.paths import InDomain, ObjPath
 from mountd.tree.viewctx import ObjectContext
@@ -106,77 +98,49 @@ class ViewHandle(FileHandle):
         return await self.reader.read(offset, size)
 
 
-def view_node(tree: Tree, op: ObjPath, view: FileView | DirView) -> Node:
-    """The entry ``P<suffix>`` of ``view`` for the object at ``op``."""
-    if isinstance(view, FileView):
-        return ViewFileNode(tree, op, view, ())
-    return ViewDirNode(tree, op, view, ())
+class ViewFileNode(InDomain, FileNode):
+    """The file ``P<suffix>`` a view shows for the object at ``op``."""
 
-
-class _ViewEntry(InDomain):
-    """Where an entry of a view is: the object, the view, names inside it."""
-
-    def __init__(self, tree: Tree, op: ObjPath, view: FileView | DirView,
-                 names: tuple[str, ...]) -> None:
+    def __init__(self, tree: Tree, op: ObjPath, view: FileView) -> None:
         self.tree = tree
         self.op = op
         self.view = view
-        self.names = names
 
     @functools.cached_property
     def key(self) -> Hashable:
-        return ("view", self.op.key, self.view.suffix, self.names)
+        return ("view", self.op.key, self.view.suffix)
 
-    async def _find(self) -> tuple[ObjectContext, ViewFile | ViewDir]:
-        """A context for the object, and this entry in the view (EIO if the
-        object no longer has the view, ENOENT if the entry is gone)."""
+    async def _file(self) -> tuple[ObjectContext, FileView]:
+        """A context for the object, and the view (EIO if the object no longer
+        has the view)."""
         obj = await self.tree.obj(self.op)
         ctx = ObjectContext(self.tree, self.op, obj)
         if not await self.view.applies(ctx):
             raise StorageError(self.op.h5path, f"no longer shown as {self.view.suffix}")
-        entry: ViewFile | ViewDir = self.view
-        for name in self.names:
-            if not isinstance(entry, ViewDir):
-                raise NotFound(name)
-            found = (await entry.entries(ctx)).get(name)
-            if found is None:
-                raise NotFound(name)
-            entry = found
-        return ctx, entry
+        return ctx, self.view
 
-    def _stat(self, kind: NodeType, ctx: ObjectContext, size: int = 0,
-              exact: bool = True) -> Stat:
+    def _stat(self, ctx: ObjectContext, size: int, exact: bool = True) -> Stat:
         mtime, ctime = self.tree.times(self.op, ctx.obj)
-        return Stat(kind, size=size, mtime=mtime, ctime=ctime, exact=exact)
-
-
-class ViewFileNode(_ViewEntry, FileNode):
-    """A file a view shows."""
-
-    async def _file(self) -> tuple[ObjectContext, ViewFile]:
-        ctx, entry = await self._find()
-        if not isinstance(entry, ViewFile):
-            raise StorageError(self.op.h5path, f"{self.key} is no longer a file")
-        return ctx, entry
+        return Stat(NodeType.FILE, size=size, mtime=mtime, ctime=ctime, exact=exact)
 
     @property
     def _size_key(self) -> Hashable:
-        return ("view size", self.op.key, self.view.suffix, self.names)
+        return ("view size", self.op.key, self.view.suffix)
 
     async def stat(self) -> Stat:
         ctx, file = await self._file()
         size = file.known_size(ctx)
         if size is None:
             size = await self.tree.view_sizes.size(self._size_key, ctx, file)
-        return self._stat(NodeType.FILE, ctx, size)
+        return self._stat(ctx, size)
 
     async def listed(self) -> Stat:
         ctx, file = await self._file()
         size = file.known_size(ctx)
         if size is not None:
-            return self._stat(NodeType.FILE, ctx, size)
+            return self._stat(ctx, size)
         kept = self.tree.view_sizes.kept(self._size_key, ctx)
-        return self._stat(NodeType.FILE, ctx, kept or 0, exact=False)
+        return self._stat(ctx, kept or 0, exact=False)
 
     async def open(self) -> FileHandle:
         """The kernel keeps the file's pages while they are current
@@ -189,41 +153,3 @@ class ViewFileNode(_ViewEntry, FileNode):
             sized_now = True
         keep = self.tree.keep_pages(self.key)
         return ViewHandle(await file.open(ctx), direct_io=sized_now, keep_cache=keep)
-
-
-class ViewDirNode(_ViewEntry, DirNode):
-    """A directory a view shows; its entries are named as the view names them, escaped."""
-
-    async def _dir(self) -> tuple[ObjectContext, ViewDir]:
-        ctx, entry = await self._find()
-        if not isinstance(entry, ViewDir):
-            raise StorageError(self.op.h5path, f"{self.key} is no longer a directory")
-        return ctx, entry
-
-    async def stat(self) -> Stat:
-        ctx, _ = await self._dir()
-        return self._stat(NodeType.DIR, ctx)
-
-    def _child(self, name: str, entry: ViewFile | ViewDir) -> Node:
-        names = (*self.names, name)
-        if isinstance(entry, ViewFile):
-            return ViewFileNode(self.tree, self.op, self.view, names)
-        return ViewDirNode(self.tree, self.op, self.view, names)
-
-    def open_listing(self) -> DirListing:
-        return SnapshotListing(self._rows)
-
-    async def _rows(self) -> list[Row]:
-        ctx, folder = await self._dir()
-        rows = []
-        for name, entry in (await folder.entries(ctx)).items():
-            node = self._child(name, entry)
-            rows.append(Row(display_name(name), node, await listed_stat(node)))
-        return rows
-
-    async def lookup(self, name: str) -> Node:
-        ctx, folder = await self._dir()
-        for raw, entry in (await folder.entries(ctx)).items():
-            if display_name(raw) == name:
-                return self._child(raw, entry)
-        raise NotFound(name)
