@@ -17,7 +17,7 @@ view that applies contributes:
 * and, with a ``sidecar_key``, that key in the object's sidecar
   (``View.sidecar``). A plain ``View`` with no suffix contributes only that.
 
-``P<suffix>`` follows MOUNT-SPEC.md's naming rules like any name: it is
+``P<suffix>`` follows the naming rules (docs/CONTRACT.md, "Names") like any name: it is
 escaped, and a real link of the same name wins.
 
 A view sees the mount only through a ``ViewContext``, never the tree: the
@@ -28,7 +28,7 @@ the nursery for background work. Array reads built on it are in
 ``layouts.views._arrays``; a reader streamed from an async generator, with its size
 counted by streaming, is in ``layouts.views._stream``.
 
-Sizes: ``st_size`` is exact (MOUNT-SPEC.md, File attributes). A file whose
+Sizes: ``st_size`` is exact (docs/CONTRACT.md, "File attributes"). A file whose
 size costs no I/O and follows from ``ctx.obj`` alone gives it from
 ``known_size``; any other computes it in ``size`` (by default by reading
 the content through once). The tree calls ``size`` on the first ``stat`` or
