@@ -1,11 +1,11 @@
 """The view API: extra entries a convention shows beside an HDF5 object.
 
-Owns the contract between the conventions in ``layouts/`` (``layouts.views._npy``,
-later anndata and LEGEND) and the tree that shows them (``mountd.tree``). A
-convention is one module defining a ``View`` plus one line in
-``layouts.views._registry.VIEWS``; nothing in ``mountd`` changes. This module, and every
-convention, imports only ``layouts`` modules, the standard library, NumPy and
-trio, never ``mountd``.
+Owns the contract between the views in ``layouts.views`` (the generic ``.npy``
+and table views, and the anndata and LEGEND conventions) and the tree that
+shows them (``mountd.tree``). A convention is a module or subpackage defining
+``View``s plus one line each in ``layouts.views._registry.VIEWS``; nothing in
+``mountd`` changes. This module, and every convention, imports only
+``layouts`` modules, the standard library, NumPy and trio, never ``mountd``.
 
 For every object the tree shows, it asks each registered view whether it
 applies (``View.applies``, async: it may look at the object's children). A
