@@ -14,7 +14,7 @@ Conventions every layout keeps:
   for object references and ``bytes`` for opaque data. Floats may be NaN or
   infinite; the tree's JSON encoder spells those as strings.
 * ``Dataset.read_chunk`` returns the bytes of the chunk *file* exactly as
-  MOUNT-SPEC.md defines them: decoded, C order, full chunk shape, the
+  docs/CONTRACT.md, "Chunk files", defines them: decoded, C order, full chunk shape, the
   dataset's byte order; variable-length types encoded with the numcodecs codec
   ``ElementType.vlen`` names (``VlenKind``: ``VLenUTF8``, ``VLenBytes``,
   ``VLenArray`` of ``vlen_base``, or ``JSON``).
@@ -98,7 +98,7 @@ class ElementType:
     fixed-size types (byte order included), or ``object`` for variable-length
     ones. ``vlen`` says how a variable-length type is encoded; ``vlen_base`` is
     the base dtype for ``VlenKind.ARRAY``. ``sidecar`` is the value of the
-    sidecar's ``dtype`` key (MOUNT-SPEC.md). ``hdf5`` is the format's own type
+    sidecar's ``dtype`` key (docs/CONTRACT.md, "Sidecars"). ``hdf5`` is the format's own type
     description, shown under the sidecar's ``hdf5.type``.
     """
 

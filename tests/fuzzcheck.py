@@ -227,7 +227,7 @@ def _chunk_index(name: str) -> tuple[int, ...] | None:
 
 
 def check_invariants(snap: Snapshot) -> list[str]:
-    """What MOUNT-SPEC.md promises of every entry, whatever the source holds."""
+    """What docs/CONTRACT.md promises of every entry, whatever the source holds."""
     problems: list[str] = []
     for path, entry in snap.items():
         name = path.rsplit("/", 1)[-1]
@@ -333,7 +333,7 @@ class View:
 
 def _winners(links: list[str]) -> dict[tuple[str, str], str]:
     """(link name, suffix) -> shown name, for the entries a group may show: a
-    real link's own name wins over any generated name (MOUNT-SPEC.md, Names)."""
+    real link's own name wins over any generated name (docs/CONTRACT.md, "Names")."""
     shown: dict[str, tuple[str, str]] = {}
     for name in sorted(links):
         for suffix in SUFFIXES[1:]:

@@ -412,7 +412,8 @@ def file_specs(draw: st.DrawFn) -> FileSpec:
         taken = _taken(paths, links, group)
         taken.add("..")  # see group_specs
         name = draw(link_names().filter(lambda n, t=taken: n not in t))  # type: ignore[misc]
-        # HDF5 reads ".." in a path as a name; the mount normalises it (MOUNT-SPEC.md).
+        # HDF5 reads ".." in a path as a name; the mount normalises it (docs/CONTRACT.md,
+        # "Links").
         plain = [p for p in dsets if ".." not in p.split("/")]
         soft = not plain or draw(st.integers(0, 2)) > 0
         target = draw(st.sampled_from(

@@ -1,6 +1,6 @@
 """What the mount should show for an HDF5 file, computed from h5py alone.
 
-Walks an h5py file link by link and yields, for each path, what MOUNT-SPEC.md
+Walks an h5py file link by link and yields, for each path, what docs/CONTRACT.md
 says must be in the mount: expected JSON values of attributes, expected chunk
 contents padded with the fill value, the escaped mount path. The tests then
 compare those with the files of a real mount.
@@ -44,7 +44,7 @@ def mount_file(h5path: str, suffix: str) -> str:
 
 def h5_normpath(h5path: str, from_group: str) -> str:
     """An HDF5 path read from ``from_group``, normalised by its names alone,
-    ``..`` above the root staying at the root (MOUNT-SPEC.md, Links)."""
+    ``..`` above the root staying at the root (docs/CONTRACT.md, "Links")."""
     names = [] if h5path.startswith("/") else [p for p in from_group.split("/") if p]
     for comp in h5path.split("/"):
         if comp == "..":
@@ -115,7 +115,7 @@ def json_float(x: float) -> Any:
 
 
 def expected_json(value: Any, f: h5py.File) -> Any:
-    """An HDF5 value as MOUNT-SPEC.md writes it in sidecars."""
+    """An HDF5 value as sidecars write it (docs/CONTRACT.md, "Sidecars")."""
     if isinstance(value, h5py.Empty):
         return None
     if isinstance(value, h5py.Reference):

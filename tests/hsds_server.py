@@ -17,6 +17,37 @@ loopback ports and with its own log files (``start``). Each node gets a
 scrubbed environment (no HSDS config key, ``AWS_*``, ``AZURE_*`` or ``HS_*``
 variable is inherited) and runs in its own working directory, so no stray
 ``config.yml`` or ``.hscfg`` changes its behaviour.
+
+What the tests rely on, as HSDS 1.0.2, h5pyd 1.0.0 and moto 5.2 behave:
+
+* Ports and addresses: the nodes listen on every interface, but nothing here
+  talks to them except through ``127.0.0.1``. The service node is up when
+  ``GET /about`` says ``"state": "READY"``.
+* Storage: POSIX storage is ``--root_dir``, whose ``BUCKET`` directory must
+  exist first. On S3 the nodes get no ``--root_dir`` and no ``ROOT_DIR``
+  (either would win over ``AWS_S3_GATEWAY``), the bucket must exist (HSDS
+  does not make it), and the key id must be a real one (``S3Storage``).
+* Flush: the nodes write objects and chunks to storage a second or two after
+  they last change, not when the client's request returns. ``flush`` (``PUT
+  /?domain=D&flush=1``) answers 204 once all of ``D`` is stored, and may
+  answer 5xx after some seconds under load: it is retried. Stopping the nodes
+  before a flush loses what was not yet written. ``stop`` sends SIGTERM to
+  the service node, then the data node.
+* Rescan: HSDS writes a domain's ``.info.json`` and ``.summary.json`` from a
+  scan that runs once the domain has been quiet for ``scan_wait_time`` (60 s
+  by default; ``SCAN_WAIT_TIME`` and ``SCAN_SLEEP_TIME`` in the nodes'
+  environment, 2 s here unless ``scan_wait`` says otherwise). ``PUT
+  /?domain=D&rescan=1`` scans at once and answers 204 when a scan started
+  after the request has completed, or 503 after ``max_scan_duration`` (180 s)
+  while it goes on (``wait_for_scan``; flush first). ``scan_start`` is the data
+  node's clock, while S3's ``LastModified`` is the store's, to the second.
+* Traps: ``hsload`` onto an existing domain writes a new ``db/<root>/``
+  prefix and leaves the old one, so keys are found from the domain's
+  ``root``, never by scanning ``db/``. Chunks equal to the fill value are not
+  written (``missing_objects`` checks only the chunks that differ from it).
+  h5pyd cannot change a domain whose root group holds thousands of links (on
+  close it sends every link in one request, which HSDS refuses): change such
+  a domain through the REST API (``rest``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ from tests.hsds_server import _free_port, _tail, clean_env, dying_with_parent
 
 log = logging.getLogger(__name__)
 
-#: Credentials moto accepts; never ``xxx`` (see HSDS-TESTING.md).
+#: Credentials moto accepts; never ``xxx`` (HSDS then asks the EC2 metadata address:
+#: ``tests.hsds_server.S3Storage``).
 ACCESS_KEY = "h5mount-test-key"
 SECRET_KEY = "h5mount-test-secret"
 REGION = "us-east-1"

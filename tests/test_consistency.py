@@ -1,5 +1,5 @@
-"""Consistency with storage that changes under the mount (MOUNT-SPEC.md,
-Consistency): a real HSDS rewrites chunks and objects of a mounted bucket
+"""Consistency with storage that changes under the mount (docs/CONTRACT.md,
+"Consistency"): a real HSDS rewrites chunks and objects of a mounted bucket
 through h5pyd, and after ``metadata_ttl`` every read that starts later sees the
 new bytes: chunk files, ``.npy`` (also through the kernel's page cache, which
 the mount drops for files whose chunks were read again), sizes of

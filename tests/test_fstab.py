@@ -161,7 +161,7 @@ def namespace(tmp_path: Path) -> Iterator[Namespace]:
 def sample_npy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """The bytes of the sample bucket's ``.npy`` files, from h5py reading the
     sample HDF5 file that ``examples/make_sample_bucket.py`` writes, through
-    numpy's own writer (MOUNT-SPEC.md: the header is numpy's)."""
+    numpy's own writer (docs/CONTRACT.md, "Views": the header is numpy's)."""
     spec = importlib.util.spec_from_file_location(
         "make_sample_bucket", REPO / "examples" / "make_sample_bucket.py")
     assert spec is not None and spec.loader is not None

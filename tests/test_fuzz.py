@@ -422,7 +422,7 @@ def test_bitshuffle_stream_of_chunk_size(tmp_path: Path) -> None:
 @pytest.mark.tools
 def test_one_bad_ref_is_that_object_alone(tmp_path: Path, lindi: LindiConverter) -> None:
     """One malformed ref (here null) once refused the whole reference file; it now
-    gives EIO on its dataset alone (MOUNT-SPEC.md, Errors)."""
+    gives EIO on its dataset alone (docs/CONTRACT.md, "Errors")."""
     import h5py  # noqa: PLC0415
 
     h5 = tmp_path / "src.h5"

@@ -1,4 +1,4 @@
-"""No symlink leads out of the mount (MOUNT-SPEC.md, Links), whatever a
+"""No symlink leads out of the mount (docs/CONTRACT.md, "Links"), whatever a
 bucket or reference file says.
 
 A property test builds groups holding soft and external links with generated

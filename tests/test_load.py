@@ -67,7 +67,8 @@ def test_concurrent_readers_and_walkers(hsds_bucket, tmp_path: Path) -> None:
                  f"chunk_cache={CHUNK_CACHE},cache_size={BLOCK_CACHE}") as mp:
         files = expected_files(mp, hsds_bucket.domains())
         assert len(files) >= 10, len(files)
-        # numpy's header layout is h5mount's too (MOUNT-SPEC.md), so whole files compare
+        # numpy's header layout is h5mount's too (docs/CONTRACT.md, "Views"), so whole
+        # files compare
         for path, want in files.items():
             assert path.read_bytes() == want, path
         chunk_files = [p for p in (mp / "home/admin/refs.h5/chunked/many").iterdir()

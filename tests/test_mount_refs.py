@@ -476,7 +476,7 @@ def test_lindi_directory(served: Served, tmp_path: Path) -> None:
 def test_external_arrays_of_strings_and_compounds(tmp_path: Path) -> None:
     """lindi links any dataset of over 1000 HDF5 chunks to the HDF5 file, strings and
     compounds too (on a one-chunk ``.zarray`` grid); h5py reads those, and the chunk files
-    are encoded as MOUNT-SPEC.md says."""
+    are encoded as docs/CONTRACT.md, "Chunk files", says."""
     h5 = tmp_path / "many.h5"
     rows = np.array([(i, i * 0.5) for i in range(1100)], dtype=[("a", "<i4"), ("b", "<f8")])
     with h5py.File(h5, "w") as f:

@@ -3,7 +3,7 @@
 The S3 buckets are key-for-key copies of the session's POSIX bucket, so the
 S3 mount must show exactly the local mount: every name, type, size, mode,
 symlink, xattr and byte (each domain's ``D.h5`` as h5dump reads it), but for
-times: those are the storage's (MOUNT-SPEC.md, File attributes), the copy's
+times: those are the storage's (docs/CONTRACT.md, "File attributes"), the copy's
 S3 LastModified on one side and the files' mtimes on the other, and are
 checked against each storage instead (``test_times_are_the_storage_times``).
 Faults are injected by a real HTTP proxy in front of moto

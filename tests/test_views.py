@@ -3,8 +3,8 @@
 A real FUSE mount of the session's HSDS bucket is read with the tools a user
 would use (``numpy.load``, ``np.fromfile``, ``dd``, ``od``, ``os.pread``,
 ``zarr``, ``xarray``) and every answer is compared with what h5py reads from the
-local HDF5 file the domain was loaded from (MOUNT-SPEC.md, "The tree" and
-"Zarr compatibility"). Expected ``.npy`` bytes come from ``np.save`` of h5py's
+local HDF5 file the domain was loaded from (docs/CONTRACT.md, "The tree",
+"Views" and "Zarr metadata"). Expected ``.npy`` bytes come from ``np.save`` of h5py's
 array.
 """
 
@@ -44,7 +44,7 @@ from tests.mounting import fuse_available, mounted
 pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.skipif(fuse_available() is not None,
                                                  reason=f"no FUSE: {fuse_available()}")]
 
-#: Link names a Zarr view generates; a real link of such a name wins (MOUNT-SPEC "Names").
+#: Link names a Zarr view generates; a real link of such a name wins (docs/CONTRACT.md, "Names").
 ZARR_NAMES = frozenset({".zgroup", ".zattrs", ".zarray"})
 
 
@@ -52,7 +52,8 @@ ZARR_NAMES = frozenset({".zgroup", ".zattrs", ".zarray"})
 
 
 def has_npy(ds: h5py.Dataset) -> bool:
-    """MOUNT-SPEC: ``P.npy`` for datasets of fixed-size type (references as ``|S48``)."""
+    """``P.npy`` for datasets of fixed-size type (references as ``|S48``): docs/CONTRACT.md,
+    "Views"."""
     if ds.shape is None:
         return False
     if h5py.check_ref_dtype(ds.dtype) is not None:

@@ -65,7 +65,8 @@ def test_warm_reads_every_file_but_npy(mnt: Path) -> None:
             if p.is_file() and not p.is_symlink()
             and json.loads((p.parent / ".zarray").read_text()).get("filters")]
     assert vlen, "no variable-length chunk file seen"
-    # their sizes are exact (MOUNT-SPEC.md), so warm's byte count is theirs too
+    # their sizes are exact (docs/CONTRACT.md, "File attributes"), so warm's byte count
+    # is theirs too
     assert all(os.lstat(p).st_size == len(p.read_bytes()) > 0 for p in vlen)
 
 

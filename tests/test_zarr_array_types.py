@@ -1,6 +1,6 @@
 """Datasets of HDF5 array element type (``H5T_ARRAY``) read through the mount as Zarr v2.
 
-MOUNT-SPEC.md, "Zarr compatibility": such a dataset's ``.zarray`` has the
+docs/CONTRACT.md, "Zarr metadata": such a dataset's ``.zarray`` has the
 array's dims appended to ``shape`` and ``chunks`` and the base type as dtype,
 as h5py and NumPy read it; the chunk bytes are the same.
 

@@ -235,7 +235,7 @@ _PARSERS = {
 
 
 def sidecar_dtype(t: HType) -> Any:
-    """The sidecar ``dtype`` value (MOUNT-SPEC.md) for a type.
+    """The sidecar ``dtype`` value (docs/CONTRACT.md, "Sidecars") for a type.
 
     Fixed leaves give ``dtype.str``; compounds a ``descr``-like list of
     ``[name, type]`` / ``[name, base, dims]``; a top-level array ``[base, dims]``;

@@ -1,11 +1,11 @@
 """The view API: extra entries a convention shows beside an HDF5 object.
 
-Owns the contract between the conventions in ``layouts/`` (``layouts.views._npy``,
-later anndata and LEGEND) and the tree that shows them (``mountd.tree``). A
-convention is one module defining a ``View`` plus one line in
-``layouts.views._registry.VIEWS``; nothing in ``mountd`` changes. This module, and every
-convention, imports only ``layouts`` modules, the standard library, NumPy and
-trio, never ``mountd``.
+Owns the contract between the views in ``layouts.views`` (the generic ``.npy``
+and table views, and the anndata and LEGEND conventions) and the tree that
+shows them (``mountd.tree``). A convention is a module or subpackage defining
+``View``s plus one line each in ``layouts.views._registry.VIEWS``; nothing in
+``mountd`` changes. This module, and every convention, imports only
+``layouts`` modules, the standard library, NumPy and trio, never ``mountd``.
 
 For every object the tree shows, it asks each registered view whether it
 applies (``View.applies``, async: it may look at the object's children). A
@@ -16,7 +16,7 @@ view that applies contributes:
 * and, with a ``sidecar_key``, that key in the object's sidecar
   (``View.sidecar``). A plain ``View`` with no suffix contributes only that.
 
-``P<suffix>`` follows MOUNT-SPEC.md's naming rules like any name: it is
+``P<suffix>`` follows the naming rules (docs/CONTRACT.md, "Names") like any name: it is
 escaped, and a real link of the same name wins.
 
 A view sees the mount only through a ``ViewContext``, never the tree: the
@@ -27,7 +27,7 @@ the nursery for background work. Array reads built on it are in
 ``layouts.views._arrays``; a reader streamed from an async generator, with its size
 counted by streaming, is in ``layouts.views._stream``.
 
-Sizes: ``st_size`` is exact (MOUNT-SPEC.md, File attributes). A file whose
+Sizes: ``st_size`` is exact (docs/CONTRACT.md, "File attributes"). A file whose
 size costs no I/O and follows from ``ctx.obj`` alone gives it from
 ``known_size``; any other computes it in ``size`` (by default by reading
 the content through once). The tree calls ``size`` on the first ``stat`` or

@@ -1,10 +1,10 @@
 """The registry of views: every convention the mount shows, in one list.
 
-A convention is one module in ``layouts/`` defining a ``layouts.views._api.View``
-and one line here. The daemon shows exactly these views, on every source
-(HSDS buckets, LINDI and kerchunk reference files); their order is the order
-in which they are asked about an object and, when two contribute the same
-sidecar key, the first wins.
+A convention is a module or subpackage of ``layouts.views`` defining
+``layouts.views._api.View``s, and one line here per view. The daemon shows
+exactly these views, on every source (HSDS buckets, LINDI and kerchunk
+reference files); their order is the order in which they are asked about an
+object and, when two contribute the same sidecar key, the first wins.
 
 Immutable after import; shared by every task.
 """

@@ -1,4 +1,4 @@
-"""The format-free tree: HDF5 model objects shown as MOUNT-SPEC.md entries.
+"""The format-free tree: HDF5 model objects shown as the entries of docs/CONTRACT.md.
 
 Owns the mapping from the object model (``layouts.model``) to nodes
 (``mountd.tree.nodes``): folder and domain directories, group and dataset

@@ -159,7 +159,7 @@ class Tree:
     def epoch(self) -> Hashable:
         """The current ``ttl``-long period of the mount's clock. Chunks are cached
         per period, so a chunk read from storage is served for at most ``ttl``
-        seconds (MOUNT-SPEC.md, Consistency); with ``ttl`` 0 every call is a
+        seconds (docs/CONTRACT.md, "Consistency"); with ``ttl`` 0 every call is a
         period of its own. ``refresh`` starts a new period at once."""
         now = time.monotonic()
         return self._refreshes, int(now // self.ttl) if self.ttl > 0 else now

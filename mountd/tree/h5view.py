@@ -22,7 +22,7 @@ domains' ``D.h5`` views; others are left out, so no path a bucket controls
 leads an HDF5 tool to the host's files.
 
 Size: ``st_size`` is the image's length, so the first ``stat`` or ``open``
-builds the image (MOUNT-SPEC.md, File attributes); a listing gives the kept
+builds the image (docs/CONTRACT.md, "File attributes"); a listing gives the kept
 size, or a stand-in the kernel does not keep.
 
 Concurrency: one build per domain at a time (others wait for its event and

@@ -1,4 +1,4 @@
-"""Turning model values into strict JSON (MOUNT-SPEC.md, "Sidecar JSON").
+"""Turning model values into strict JSON (docs/CONTRACT.md, "Sidecars").
 
 Owns one conversion, used by sidecars, ``.zattrs`` and xattrs alike:
 NumPy scalars and arrays become numbers and nested lists, NaN and infinities

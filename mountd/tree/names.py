@@ -1,4 +1,4 @@
-"""How HDF5 link names become file names (MOUNT-SPEC.md, "Names").
+"""How HDF5 link names become file names (docs/CONTRACT.md, "Names").
 
 Pure functions, no state. ``display_name`` is injective on link names: ``%``
 is escaped first, so an escaped name never equals another link's raw name;

@@ -1,6 +1,6 @@
 """The metadata documents of one HDF5 object: the ``.json`` sidecar and xattrs.
 
-Owns the sidecar's shape (MOUNT-SPEC.md, "Sidecar JSON"), with the keys
+Owns the sidecar's shape (docs/CONTRACT.md, "Sidecars"), with the keys
 views add to it (``layouts.views._api.View.sidecar``, given here by the tree),
 and the ``user.h5.*`` extended attributes. Works on model objects; the only
 I/O is through the callables it is given (reading a scalar's one chunk,

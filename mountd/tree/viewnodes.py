@@ -7,7 +7,7 @@ Every operation reads the object afresh, makes a context for it
 (``mountd.tree.viewctx``) and asks the view whether it still applies: an
 object that changed so that it no longer has the view gives EIO.
 
-Sizes (MOUNT-SPEC.md, File attributes): a file with a ``known_size`` is
+Sizes (docs/CONTRACT.md, "File attributes"): a file with a ``known_size`` is
 exact at once, in listings too. Any other is sized by the view on its first
 ``stat`` or ``open`` and the size kept in the memo with the object and with
 every object the view read through the context, for as long as the catalog

@@ -1,7 +1,7 @@
 """Zarr v2 metadata for the tree: ``.zgroup``, ``.zarray`` and ``.zattrs``.
 
-Owns how a model object is described to Zarr v2 readers (MOUNT-SPEC.md,
-"Zarr compatibility"). Chunk files are already decoded, so ``.zarray`` says
+Owns how a model object is described to Zarr v2 readers (docs/CONTRACT.md,
+"Zarr metadata"). Chunk files are already decoded, so ``.zarray`` says
 ``compressor: null`` and lists ``filters`` only for variable-length codecs.
 Fill values follow the Zarr v2 spec's JSON encoding. Where HDF5 dimension
 scales (``DIMENSION_LIST``, ``CLASS = DIMENSION_SCALE``) name the dimensions,

@@ -2,7 +2,7 @@
 
 Owns ``HsdsChunkStore`` (the model's ``ChunkStore`` for HSDS), the filter plan
 derived from a dataset's ``filters`` JSON and ``decode_chunk``, which turns a
-stored chunk object into the chunk *file* of MOUNT-SPEC.md.
+stored chunk object into the chunk *file* of docs/CONTRACT.md, "Chunk files".
 
 How HSDS 1.0.2 writes chunks (``hsds/util/storUtil.py`` ``_compress``,
 ``hsds/datanode_lib.py`` ``getFilterOps``), and so how they are read here:
@@ -280,7 +280,8 @@ def _encode_vlen(data: bytes, spec: ChunkSpec) -> bytes:
 
 
 def decode_chunk(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
-    """A stored HSDS chunk object as chunk-file bytes (MOUNT-SPEC.md). Raises Corrupt."""
+    """A stored HSDS chunk object as chunk-file bytes (docs/CONTRACT.md, "Chunk files").
+    Raises Corrupt."""
     plan = spec.plan
     if plan.unknown:
         raise Corrupt(key, f"unsupported filter {plan.unknown}")

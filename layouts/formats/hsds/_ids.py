@@ -1,7 +1,8 @@
 """HSDS object ids and the storage keys they map to.
 
-Owns the pure string rules of an HSDS bucket (see FORMATS.md and
-``h5json/objid.py`` in the installed ``h5json`` package, which HSDS 1.0.2 uses):
+Owns the pure string rules of an HSDS bucket, as ``h5json/objid.py`` in the
+installed ``h5json`` package (which HSDS 1.0.2 uses) and, for partitions,
+``hsds/util/chunkUtil.py`` define them:
 
 * schema v2 ids ``g-8hex-8hex-4hex-6hex-6hex`` live under ``db/<uuid1>/``; the
   root group of a domain is ``db/<uuid1>/.group.json``, other objects are

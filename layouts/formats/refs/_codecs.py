@@ -1,4 +1,4 @@
-"""Decoding the chunks of a reference file into MOUNT-SPEC.md chunk files.
+"""Decoding the chunks of a reference file into chunk files (docs/CONTRACT.md, "Chunk files").
 
 Owns the codec pipeline of one dataset (its ``.zarray`` filters and
 compressor, through numcodecs) and ``decode_chunk``, which undoes it and
@@ -302,7 +302,7 @@ def _vlen(data: bytes, spec: ChunkSpec) -> bytes:
 
 
 def decode_chunk(raw: bytes, spec: ChunkSpec, key: str) -> bytes:
-    """A stored chunk as chunk-file bytes (MOUNT-SPEC.md). Raises Corrupt."""
+    """A stored chunk as chunk-file bytes (docs/CONTRACT.md, "Chunk files"). Raises Corrupt."""
     if spec.codecs.problem:
         raise Corrupt(key, spec.codecs.problem)
     limit = spec.elements * spec.stored.itemsize if spec.kind in (Kind.RAW, Kind.TEXT) \

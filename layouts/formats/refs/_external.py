@@ -342,8 +342,8 @@ def _file_itemsize(ds: h5py.Dataset) -> int:
 
 
 def _encode_vlen(items: np.ndarray, vlen: VlenKind, what: str) -> bytes:
-    """Variable-length elements as the chunk file holds them (MOUNT-SPEC.md); unset
-    elements (None, outside the dataset) are empty."""
+    """Variable-length elements as the chunk file holds them (docs/CONTRACT.md,
+    "Chunk files"); unset elements (None, outside the dataset) are empty."""
     if vlen is VlenKind.UTF8:
         texts = [x.decode("utf-8", "surrogateescape") if isinstance(x, bytes)
                  else "" if x is None else str(x) for x in items]

@@ -29,7 +29,7 @@ it is not UTF-8 JSON or nests deeper than the parser's recursion limit, and
 when its own structure (``templates``, ``gen``, ``version``...) is wrong. One
 malformed ref (a number, a bad offset or length, an unknown template, an
 inline string that is not valid Unicode) becomes a ``BadRef``: reading it
-fails, for the object it belongs to alone (MOUNT-SPEC.md, Errors). Other
+fails, for the object it belongs to alone (docs/CONTRACT.md, "Errors"). Other
 hostile values are left for the object that uses them to refuse
 (``layouts.formats.refs._catalog``).
 
