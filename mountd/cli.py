@@ -1,7 +1,8 @@
 """The ``h5mount`` command line: parses arguments and hands over to the daemon.
 
-Owns the user-facing option names and help text. No I/O beyond printing
-usage errors; every check of the mountpoint and source happens in
+Owns the command line's flags and ``--help``, whose ``-o`` part is made from
+the table of options in ``mountd.config``. No I/O beyond printing usage
+errors; no shared state; every check of the mountpoint and source happens in
 ``mountd.daemon`` so that it is reported the same way in every mode.
 """
 
@@ -10,9 +11,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 
 from mountd import __version__, daemon, statscli, warm
-from mountd.config import MountConfig, OptionError, apply_options
+from mountd.config import (
+    FIELD_OPTIONS,
+    LOG_LEVELS,
+    MountConfig,
+    OptionError,
+    apply_options,
+    help_entries,
+)
 
 DESCRIPTION = """\
 Mount HDF5 data read-only as a POSIX tree.
@@ -58,93 +67,41 @@ and metrics (the same counters in the Prometheus text format).
 `h5mount stats MOUNTPOINT [--watch] [--json]` shows them as a table.
 """
 
-OPTIONS_HELP = """\
+#: What ``--help`` says before and after the table of ``-o`` options.
+OPTIONS_INTRO = """\
 mount options (-o, comma separated, mount(8) style; with them an fstab line
-can say everything; a command-line flag that says the same wins):
-  ro                   accepted; the mount is always read-only. rw is refused,
-                       and mount(8) adds rw when the options lack ro, so an
-                       fstab line or mount -o must say ro
-  allow_other          let other users access the mount (non-root users need
-                       user_allow_other in /etc/fuse.conf)
-  auto_unmount         unmount when the daemon ends for any reason, even
-                       when killed, so no stale mountpoint ("Transport
-                       endpoint is not connected") is left behind (a
-                       fusermount3 process watches the daemon)
-  uid=N, gid=N         owner shown for every file (default: the mounting user)
-  fsname=NAME          name shown in /proc/mounts (default: SOURCE)
-  metadata_ttl=SECS    how long metadata is cached, and the kernel's
-                       attribute/entry timeout (default: 60)
-  chunk_cache=SIZE     memory for decoded chunks, e.g. 512M (default: 256M)
-  readahead=SIZE       largest read the kernel sends, set on the mount's
-                       bdi when run as root (default: 1M; 0 keeps the
-                       kernel's default)
-  cache_size=SIZE      memory for blocks of remote objects (default: 512M)
-  cache_dir=DIR        also keep remote blocks on disk in DIR, validated by
-                       ETag, so they survive a remount (default: none)
-  disk_cache_size=SIZE largest size of cache_dir (default: 10G); the cache
-                       also leaves free space on its file system
-  cache_decoded        with cache_dir: also keep the decoded chunks of
-                       remote objects (S3, http refs) there, validated by
-                       ETag like the blocks, so a remount serves them with
-                       no decoding; the encoded blocks are kept too, so
-                       both take room in cache_dir. Not kept: chunks of
-                       local files, inline refs, linked datasets (hsload
-                       --link) and LINDI _EXTERNAL_ARRAY_LINK arrays
-                       (cache_decoded=on|off; default: off)
-  timeout=SECS         longest time one storage request may take, retries
-                       included, before the reader gets EIO (default: 30)
-  max_metadata=SIZE    largest metadata object read: an HSDS object's JSON,
-                       a reference file's .zattrs or .zarray; a larger one
-                       gives EIO for that object, logged (default: 64M). A
-                       reference file itself may be up to 1G
-  stats_file=PATH      on SIGUSR1 and at unmount, write the daemon's figures
-                       to PATH: the document of MOUNTPOINT/.h5mount/stats.json
-                       (default: none)
-  h5view=on|off        show each domain as one HDF5 file beside its
-                       directory, D.h5 (sample.h5 gives sample.h5.h5;
-                       .root.h5 for a mount of one file), which h5dump,
-                       h5py and netCDF readers open (default: on)
-  h5view_inline=SIZE   most bytes of variable-length and reference data
-                       one D.h5 embeds; a dataset past it is left out and
-                       named in the root attribute h5mount_left_out
-                       (default: 64M)
-  h5view_objects=N     most objects one D.h5 holds: a larger domain gets
-                       the first N found, breadth first, and the root
-                       attribute h5mount_left_out says so; building takes
-                       about 15K of memory per object (default: 20000)
-  endpoint_url=URL, region=NAME, profile=NAME, anon
-                       the same as the S3 options above, for fstab
-  domain=PATH          the same as --domain
-  log_level=LEVEL      the same as --log-level (DEBUG, INFO, WARNING, ERROR;
-                       any case)
-  log_file=PATH        the same as --log-file
-  allow_local_refs     let a reference file fetched over http(s) point at
-                       local files (refused with EACCES by default)
-  hsds_acls            enforce each HSDS domain's and folder's ACLs per
-                       local user: a user maps to the HSDS user of the same
-                       name, else the ACL's "default" entry applies; a
-                       domain they may not read shows mode 0 and gives
-                       EACCES (use with allow_other to share a mount)
-  acl_map=FILE         like hsds_acls, mapping local users to HSDS users by
-                       the "LOCAL_USER HSDS_USER" lines of FILE
-  nosuid,nodev,noexec,noatime,suid,dev,exec,atime,sync,async,dirsync
-                       passed to the kernel (mount.fuse3 adds dev,suid unless
-                       nodev,nosuid are given; no file here is a device or
-                       set-user-ID)
-  relatime,strictatime,nodiratime,lazytime,mand,silent,iversion
-                       and their opposites: kernel flags mount(8) may pass
-                       on; accepted and ignored
-  defaults,auto,noauto,nofail,_netdev,user,users,nouser,owner,group,
-  comment=...,x-*,X-*  fstab and systemd options; accepted and ignored
-
+can say everything; a command-line flag that says the same wins):"""
+EXIT_STATUS = """\
 exit status: 0 once the mount is live (or, with -f, after a clean unmount);
-1 if it cannot start (one line on stderr says why); 2 for usage errors.
-"""
+1 if it cannot start (one line on stderr says why); 2 for usage errors."""
+
+#: Where the text of each ``-o`` option starts in ``--help``, and the width.
+HELP_INDENT = 23
+HELP_WIDTH = 79
+
+
+def options_help() -> str:
+    """The ``-o`` part of ``--help``: every option of ``mountd.config``'s table,
+    with its default, then the exit status."""
+    lines = [OPTIONS_INTRO]
+    indent = " " * HELP_INDENT
+    for spellings, text in help_entries():
+        head = ", ".join(spellings)
+        if len(head) + 3 <= HELP_INDENT:
+            head = f"  {head}".ljust(HELP_INDENT)
+        else:
+            lines += textwrap.wrap(head, HELP_WIDTH, initial_indent="  ",
+                                   subsequent_indent="  ", break_on_hyphens=False)
+            head = indent
+        lines.append(textwrap.fill(text.replace("`", ""), HELP_WIDTH, initial_indent=head,
+                                   subsequent_indent=indent, break_on_hyphens=False,
+                                   break_long_words=False))
+    return "\n".join([*lines, "", EXIT_STATUS, ""])
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="h5mount", description=DESCRIPTION, epilog=OPTIONS_HELP,
+        prog="h5mount", description=DESCRIPTION, epilog=options_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", metavar="SOURCE",
                         help="HSDS bucket directory, s3://BUCKET[/PREFIX], or a LINDI/kerchunk "
@@ -166,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     s3.add_argument("--profile", help="profile of ~/.aws/credentials and ~/.aws/config to use")
     s3.add_argument("--anon", action="store_true",
                     help="send unsigned requests (public buckets); no credentials needed")
-    parser.add_argument("--log-level", default="WARNING",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        type=str.upper, help="log verbosity (default: WARNING)")
+    # No default: only a given --log-level beats -o log_level; MountConfig holds it.
+    parser.add_argument("--log-level", choices=LOG_LEVELS, type=str.upper,
+                        help=f"log verbosity (default: {FIELD_OPTIONS['log_level'].default})")
     parser.add_argument("--log-file", metavar="PATH",
                         help="also log to this file (default in the background: syslog)")
     parser.add_argument("--version", action="version", version=f"h5mount {__version__}")
@@ -178,9 +135,6 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str]) -> MountConfig:
     """The mount's configuration: ``-o`` options first, then the flags, which win."""
     parser = build_parser()
-    # None unless --log-level is given, so that only a given one beats -o
-    # log_level; MountConfig holds the default.
-    parser.set_defaults(log_level=None)
     args = parser.parse_args(argv)
     config = MountConfig(
         source=args.source if "://" in args.source else os.path.abspath(args.source),

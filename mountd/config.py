@@ -1,9 +1,16 @@
-"""Mount configuration and the parsing of mount(8)-style ``-o`` options.
+"""Mount configuration: the one table of ``-o`` options, and their parsing.
 
-Owns ``MountConfig`` and the one function that turns ``-o a,b=c`` strings
-into it, including which options mount(8), ``mount.fuse3`` and systemd put in
-the option string are passed to the kernel or accepted and ignored. Pure code
-with no I/O.
+Owns ``MountConfig`` and the table of mount options. Each option of the daemon
+is a field of ``MountConfig`` declared with ``option``: the field gives the
+name, type and default, and its ``Option`` how fstab spells the option, how the
+value is parsed and what it does (``FIELD_OPTIONS``). ``MOUNT8_OPTIONS`` holds
+the options mount(8), ``mount.fuse3`` and systemd put in the option string,
+with what h5mount does with each: pass it to the kernel, accept and ignore it,
+or refuse it. ``apply_options`` parses ``-o`` strings with the table, and
+``help_entries`` lists it for ``--help`` (``mountd.cli``) and the README
+(``tests/test_options.py`` checks both). Pure code with no I/O; no locks: the
+table is built at import and never changed, and ``apply_options`` changes only
+the config it is given.
 
 What reaches h5mount from ``mount -t fuse.h5mount SRC MNT -o OPTS`` (util-linux
 2.38, fuse 3.14): mount(8) drops its own userspace options (``defaults``,
@@ -20,23 +27,13 @@ wrote, so ``rw`` is refused with a message that says to add ``ro``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from fnmatch import fnmatchcase
+from typing import Any
 
 from layouts.storage import DEFAULT_MAX_METADATA
 
-#: fstab/mount(8) options that only matter to mount(8) itself; accepted and ignored
-#: (``user=NAME`` too: mount(8) passes it for a mount made by a user).
-_MOUNT_ONLY = {"defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser",
-               "owner", "group", "ro"}
-#: Options passed through to the kernel mount unchanged (libfuse 3.14 takes these).
-_KERNEL = {"nosuid", "nodev", "noexec", "noatime", "suid", "dev", "exec", "atime",
-           "sync", "async", "dirsync"}
-#: Kernel flags mount(8) passes on that libfuse 3.14 refuses (access times,
-#: mandatory locks, i_version, kernel messages): nothing a read-only FUSE mount
-#: needs, so accepted and ignored.
-_IGNORED_KERNEL = {"relatime", "norelatime", "strictatime", "nostrictatime", "diratime",
-                   "nodiratime", "lazytime", "nolazytime", "mand", "nomand", "silent",
-                   "loud", "iversion", "noiversion"}
 #: ``-o log_level=`` values, as ``--log-level`` takes them.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -45,56 +42,43 @@ class OptionError(ValueError):
     """A ``-o`` option is unknown or has a bad value."""
 
 
-@dataclass
-class MountConfig:
-    source: str
-    mountpoint: str
-    foreground: bool = False
-    domain: str | None = None
-    allow_other: bool = False
-    #: ``-o auto_unmount``: fusermount3 unmounts when the daemon dies, even by SIGKILL.
-    auto_unmount: bool = False
-    uid: int = field(default_factory=os.getuid)
-    gid: int = field(default_factory=os.getgid)
-    fsname: str | None = None
-    metadata_ttl: float = 60.0
-    chunk_cache: int = 256 << 20
-    readahead: int = 1 << 20
-    cache_size: int = 512 << 20
-    cache_dir: str | None = None
-    disk_cache_size: int = 10 << 30
-    #: ``-o cache_decoded``: also keep decoded chunks in ``cache_dir``.
-    cache_decoded: bool = False
-    timeout: float = 30.0
-    max_metadata: int = DEFAULT_MAX_METADATA
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    anon: bool = False
-    allow_local_refs: bool = False
-    hsds_acls: bool = False
-    acl_map: str | None = None
-    kernel_options: list[str] = field(default_factory=list)
-    log_level: str = "WARNING"
-    log_file: str | None = None
-    stats_file: str | None = None
-    #: ``-o h5view=on|off``: show each domain as an HDF5 file ``D.h5``.
-    h5view: bool = True
-    #: ``-o h5view_inline=SIZE``: most variable-length bytes one ``D.h5`` embeds.
-    h5view_inline: int = 64 << 20
-    #: ``-o h5view_objects=N``: most objects one ``D.h5`` holds.
-    h5view_objects: int = 20_000
+# ------------------------------------------------------------ kinds of value
 
-    def fuse_options(self) -> set[str]:
-        """Options for ``pyfuse3.init``: always read-only, with kernel permission checks."""
-        opts = {"ro", "default_permissions", "subtype=h5mount",
-                f"fsname={self.fsname or self.source}"}
-        if self.allow_other:
-            opts.add("allow_other")
-        if self.auto_unmount:
-            opts.add("auto_unmount")
-        opts.update(self.kernel_options)
-        return opts
+
+@dataclass(frozen=True)
+class Kind:
+    """How an option is spelt after its name, its value parsed, and a default shown.
+
+    ``parse(name, value)`` gets the text after ``=``, or None when the option
+    has no ``=``, and returns the field's value or raises ``OptionError``;
+    ``show`` writes a default as ``parse`` reads it."""
+
+    spelt: str
+    parse: Callable[[str, str | None], Any]
+    show: Callable[[Any], str] = str
+
+
+def _item(name: str, value: str | None) -> str:
+    """The option as it was written, for error messages."""
+    return name if value is None else f"{name}={value}"
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
+
+
+#: ``NAME`` turns it on (a value after ``=`` is ignored).
+FLAG = Kind("", lambda _name, _value: True, _on_off)
+
+
+def on_off(bare: bool = False) -> Kind:
+    """``NAME=on`` or ``NAME=off``; with ``bare``, ``NAME`` alone is on."""
+    def parse(name: str, value: str | None) -> bool:
+        if value in ("on", "off") or (bare and value is None):
+            return value != "off"
+        say = f"{name}, {name}=on or {name}=off" if bare else f"{name}=on or {name}=off"
+        raise OptionError(f"option {_item(name, value)}: say {say}")
+    return Kind("[=on|off]" if bare else "=on|off", parse, _on_off)
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -104,9 +88,9 @@ def parse_size(name: str, value: str | None) -> int:
     """A byte count such as ``1048576``, ``512K``, ``256M``, ``2G`` (binary units)."""
     if not value:
         raise OptionError(f"option {name} needs a size ({name}=256M)")
-    text = value.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = text[-1:] if text[-1:] in _UNITS else ""
-    digits = text[:len(text) - len(unit)]
+    written = value.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = written[-1:] if written[-1:] in _UNITS else ""
+    digits = written[:len(written) - len(unit)]
     try:
         number = float(digits)
     except ValueError:
@@ -114,6 +98,24 @@ def parse_size(name: str, value: str | None) -> int:
     if number < 0 or not digits:
         raise OptionError(f"option {name}={value}: not a size")
     return int(number * _UNITS[unit])
+
+
+def format_size(nbytes: int) -> str:
+    """``nbytes`` as ``parse_size`` reads it, in the largest unit that divides it."""
+    for unit in ("T", "G", "M", "K"):
+        if nbytes and nbytes % _UNITS[unit] == 0:
+            return f"{nbytes // _UNITS[unit]}{unit}"
+    return str(nbytes)
+
+
+def size(nonzero: bool = False) -> Kind:
+    """``NAME=SIZE``: bytes (``parse_size``); with ``nonzero``, at least 1."""
+    def parse(name: str, value: str | None) -> int:
+        number = parse_size(name, value)
+        if nonzero and number == 0:
+            raise OptionError(f"option {name}=0: must be at least 1 byte")
+        return number
+    return Kind("=SIZE", parse, format_size)
 
 
 def _number(name: str, value: str | None, kind: type[int] | type[float]) -> float:
@@ -128,96 +130,292 @@ def _number(name: str, value: str | None, kind: type[int] | type[float]) -> floa
     return number
 
 
+def seconds(nonzero: bool = False) -> Kind:
+    """``NAME=SECS``: seconds, not negative; with ``nonzero``, more than 0."""
+    def parse(name: str, value: str | None) -> float:
+        number = _number(name, value, float)
+        if nonzero and number == 0:
+            raise OptionError(f"option {name}=0: must be more than 0 seconds")
+        return number
+    return Kind("=SECS", parse, "{:g}".format)
+
+
+#: ``NAME=N``: a whole number, not negative.
+COUNT = Kind("=N", lambda name, value: int(_number(name, value, int)))
+
+
+def text(metavar: str, noun: str = "value", *, path: bool = False) -> Kind:
+    """``NAME=METAVAR``: text that is not empty (``noun`` says what is missing
+    when it is); with ``path``, a path, made absolute."""
+    def parse(name: str, value: str | None) -> str:
+        if not value:
+            raise OptionError(f"option {name} needs a {noun}")
+        return os.path.abspath(value) if path else value
+    return Kind(f"={metavar}", parse)
+
+
+def _log_level(name: str, value: str | None) -> str:
+    if not value or value.upper() not in LOG_LEVELS:
+        raise OptionError(f"option {_item(name, value)}: the level is one of "
+                          f"{', '.join(LOG_LEVELS)} ({name}=info)")
+    return value.upper()
+
+
+#: ``NAME=LEVEL``: one of ``LOG_LEVELS``, any case.
+LOG_LEVEL = Kind("=LEVEL", _log_level)
+
+
+# ------------------------------------------------------------ the table
+
+
+@dataclass(frozen=True)
+class Option:
+    """The ``-o`` option of one ``MountConfig`` field (the field names it).
+
+    ``help`` says what it does, in one paragraph; words in backquotes are
+    code (the README keeps the backquotes, ``--help`` drops them).
+    ``default`` is the default as ``--help`` and the README show it."""
+
+    kind: Kind
+    help: str
+    default: str
+    #: A flag field this option sets as well.
+    implies: str = ""
+
+
+def option(kind: Kind, help: str, *, default: Any = None,
+           factory: Callable[[], Any] | None = None, shown: str = "",
+           implies: str = "") -> Any:
+    """A ``MountConfig`` field that is a ``-o`` option: its default is ``default``
+    (or ``factory()``), shown as ``shown`` or else as ``kind`` shows it."""
+    entry = Option(kind, help, shown or kind.show(default), implies)
+    if factory is not None:
+        return field(default_factory=factory, metadata={"option": entry})
+    return field(default=default, metadata={"option": entry})
+
+
+@dataclass(frozen=True)
+class Mount8Option:
+    """Options mount(8), ``mount.fuse3`` or systemd may pass, matched by name
+    (any value after ``=`` is ignored); ``names`` may hold ``*`` patterns.
+
+    Passed to the kernel mount when ``kernel``, refused with ``refused`` when
+    that is set, else accepted and ignored."""
+
+    names: tuple[str, ...]
+    help: str
+    kernel: bool = False
+    refused: str = ""
+
+    def matches(self, name: str) -> bool:
+        return any(fnmatchcase(name, pattern) for pattern in self.names)
+
+
+@dataclass
+class MountConfig:
+    """A mount's settings: the command line's, then one field per ``-o`` option."""
+
+    source: str
+    mountpoint: str
+    foreground: bool = False
+    domain: str | None = option(
+        text("PATH"), shown="the whole bucket",
+        help="mount just this domain of an HSDS bucket (e.g. `/home/u/f.h5`); the mount "
+             "root is its root group, with its sidecar at `.root.json`. The same as `--domain`")
+    allow_other: bool = option(
+        FLAG, default=False,
+        help="let other users access the mount (non-root users need `user_allow_other` in "
+             "`/etc/fuse.conf`)")
+    auto_unmount: bool = option(
+        FLAG, default=False,
+        help="unmount when the daemon ends for any reason, even when killed, so that no "
+             "stale mountpoint (\"Transport endpoint is not connected\") is left behind (a "
+             "`fusermount3` process watches the daemon)")
+    uid: int = option(COUNT, factory=os.getuid, shown="the mounting user",
+                      help="owner shown for every file")
+    gid: int = option(COUNT, factory=os.getgid, shown="the mounting user's group",
+                      help="group shown for every file")
+    fsname: str | None = option(text("NAME"), shown="SOURCE",
+                                help="name shown in `/proc/mounts`")
+    metadata_ttl: float = option(
+        seconds(), default=60.0,
+        help="how long anything read from storage is served before it is read again: "
+             "group and dataset metadata, decoded chunks, the kernel's attributes, entries "
+             "and page cache of the mount's files, and cached remote blocks before their "
+             "ETag is checked; after it, every change in storage is visible to reads that "
+             "start later")
+    chunk_cache: int = option(
+        size(), default=256 << 20,
+        help="memory for decoded chunks, so that a sequential read decodes each chunk once")
+    readahead: int = option(
+        size(), default=1 << 20,
+        help="largest read the kernel sends, set on the mount's own bdi when run as root "
+             "(0 keeps the kernel's default)")
+    cache_size: int = option(
+        size(), default=512 << 20,
+        help="memory for 1 MiB blocks of remote objects (S3, http(s) refs), validated by ETag")
+    cache_dir: str | None = option(
+        text("DIR", "directory", path=True), shown="none",
+        help="also keep remote blocks on disk in DIR, validated by ETag, so they survive a "
+             "remount")
+    disk_cache_size: int = option(
+        size(), default=10 << 30,
+        help="largest size of `cache_dir`; the cache also always leaves 5% (at least 1 GiB) "
+             "of its file system free")
+    cache_decoded: bool = option(
+        on_off(bare=True), default=False,
+        help="with `cache_dir`: also keep the decoded chunks of remote objects (S3, http(s) "
+             "refs) there, validated by ETag like the blocks, so a remount serves them with "
+             "no decoding; the encoded blocks are kept too, so both take room in "
+             "`cache_dir`. Not kept: chunks of local files, inline refs, linked datasets "
+             "(`hsload --link`) and LINDI `_EXTERNAL_ARRAY_LINK` arrays")
+    timeout: float = option(
+        seconds(nonzero=True), default=30.0,
+        help="longest time, above 0, that one storage request may take, retries included, "
+             "before the reader gets `EIO`")
+    max_metadata: int = option(
+        size(nonzero=True), default=DEFAULT_MAX_METADATA,
+        help="largest metadata object read: an HSDS object's JSON, a reference file's "
+             "`.zattrs` or `.zarray`; a larger one is refused before it is read in full and "
+             "gives `EIO` for that object alone, with one log line naming it. A reference "
+             "file itself may be up to 1G, else the mount is refused")
+    endpoint_url: str | None = option(
+        text("URL"), shown="AWS",
+        help="S3-compatible endpoint, e.g. `http://127.0.0.1:9000` (path-style addressing "
+             "is used). The same as `--endpoint-url`")
+    region: str | None = option(
+        text("NAME"), shown="the AWS config's, else us-east-1",
+        help="region of the S3 bucket. The same as `--region`")
+    profile: str | None = option(
+        text("NAME"), shown="AWS_PROFILE, else default",
+        help="profile of `~/.aws/credentials` and `~/.aws/config` to use. The same as "
+             "`--profile`")
+    anon: bool = option(
+        FLAG, default=False,
+        help="send unsigned S3 requests (public buckets); no credentials needed. The same "
+             "as `--anon`")
+    allow_local_refs: bool = option(
+        FLAG, default=False,
+        help="let a reference file fetched over http(s) point at local files (else such "
+             "refs give `EACCES`)")
+    hsds_acls: bool = option(
+        FLAG, default=False,
+        help="enforce each HSDS domain's and folder's `.domain.json` ACLs per local user: a "
+             "user maps to the HSDS user of the same name, else the ACL's `default` entry "
+             "applies; a domain they may not read shows mode 0 and gives `EACCES` (with "
+             "`allow_other` one mount serves several users)")
+    acl_map: str | None = option(
+        text("FILE", "file", path=True), shown="none", implies="hsds_acls",
+        help="like `hsds_acls`, mapping local users to HSDS users by the "
+             "`LOCAL_USER HSDS_USER` lines of FILE (e.g. `root admin`)")
+    #: The kernel flags of ``MOUNT8_OPTIONS`` given, passed on to the mount.
+    kernel_options: list[str] = field(default_factory=list)
+    log_level: str = option(
+        LOG_LEVEL, default="WARNING",
+        help=f"log verbosity: {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}, in any "
+             "case. The same as `--log-level`")
+    log_file: str | None = option(
+        text("PATH", "path", path=True), shown="syslog, or stderr with -f",
+        help="log to PATH (with `-f`, to stderr as well). The same as `--log-file`")
+    stats_file: str | None = option(
+        text("PATH", "path", path=True), shown="none",
+        help="on SIGUSR1 and at unmount, write the daemon's figures to PATH: the document "
+             "of `MOUNTPOINT/.h5mount/stats.json`")
+    h5view: bool = option(
+        on_off(), default=True,
+        help="show each domain as one HDF5 file beside its directory, `D.h5` "
+             "(`sample.h5` gives `sample.h5.h5`; `.root.h5` for a mount of one file), which "
+             "h5dump, h5py and netCDF readers open")
+    h5view_inline: int = option(
+        size(), default=64 << 20,
+        help="most bytes of variable-length and reference data one `D.h5` embeds; a "
+             "dataset past it is left out and named in the root attribute "
+             "`h5mount_left_out`")
+    h5view_objects: int = option(
+        COUNT, default=20_000,
+        help="most objects one `D.h5` holds: a larger domain gets the first N found, "
+             "breadth first, and the root attribute `h5mount_left_out` says so; building "
+             "takes about 15K of memory per object")
+
+    def fuse_options(self) -> set[str]:
+        """Options for ``pyfuse3.init``: always read-only, with kernel permission checks."""
+        opts = {"ro", "default_permissions", "subtype=h5mount",
+                f"fsname={self.fsname or self.source}"}
+        if self.allow_other:
+            opts.add("allow_other")
+        if self.auto_unmount:
+            opts.add("auto_unmount")
+        opts.update(self.kernel_options)
+        return opts
+
+
+#: The ``-o`` options of ``MountConfig``, by name, in field order.
+FIELD_OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in fields(MountConfig)
+                                    if "option" in f.metadata}
+
+#: The options of mount(8), ``mount.fuse3`` and systemd.
+MOUNT8_OPTIONS = (
+    Mount8Option(("ro",), "accepted; the mount is always read-only"),
+    Mount8Option(
+        ("rw",), "refused; mount(8) adds rw when the options lack ro, so an fstab line or "
+                 "`mount -o` must say ro",
+        refused="h5mount mounts are read-only; option rw is not supported (mount(8) adds rw "
+                "unless the options say ro: add ro)"),
+    # libfuse 3.14 takes these.
+    Mount8Option(
+        ("nosuid", "nodev", "noexec", "noatime", "suid", "dev", "exec", "atime", "sync",
+         "async", "dirsync"),
+        "passed to the kernel (`mount.fuse3` adds dev,suid unless nodev,nosuid are given; "
+        "no file here is a device or set-user-ID)", kernel=True),
+    # libfuse 3.14 refuses these: nothing a read-only FUSE mount needs.
+    Mount8Option(
+        ("relatime", "norelatime", "strictatime", "nostrictatime", "diratime", "nodiratime",
+         "lazytime", "nolazytime", "mand", "nomand", "silent", "loud", "iversion",
+         "noiversion"),
+        "kernel flags mount(8) may pass on (access times, mandatory locks, i_version, "
+        "kernel messages); accepted and ignored"),
+    # user=NAME too: mount(8) passes it for a mount made by a user.
+    Mount8Option(
+        ("defaults", "auto", "noauto", "nofail", "_netdev", "user", "users", "nouser", "owner",
+         "group", "comment", "x-*", "X-*"),
+        "fstab and systemd options, for mount(8) (also with a value: `user=NAME`, "
+        "`comment=TEXT`, `x-systemd.automount`...); accepted and ignored"),
+)
+
+
+def help_entries() -> list[tuple[tuple[str, ...], str]]:
+    """Every option as ``--help`` and the README list it, in order: how fstab
+    spells it (several names for a ``Mount8Option``), and what it does (with
+    its default, for a ``MountConfig`` field)."""
+    entries = [((f"{name}{opt.kind.spelt}",), f"{opt.help} (default: {opt.default})")
+               for name, opt in FIELD_OPTIONS.items()]
+    entries += [(mount8.names, mount8.help) for mount8 in MOUNT8_OPTIONS]
+    return entries
+
+
 def apply_options(config: MountConfig, option_strings: list[str]) -> None:
     """Apply every ``-o`` string (comma-separated ``name`` or ``name=value``)."""
-    for text in option_strings:
-        for item in filter(None, (s.strip() for s in text.split(","))):
+    for option_string in option_strings:
+        for item in filter(None, (s.strip() for s in option_string.split(","))):
             name, eq, value = item.partition("=")
-            val = value if eq else None
-            if name == "allow_other":
-                config.allow_other = True
-            elif name == "auto_unmount":
-                config.auto_unmount = True
-            elif name == "uid":
-                config.uid = int(_number(name, val, int))
-            elif name == "gid":
-                config.gid = int(_number(name, val, int))
-            elif name == "fsname":
-                if not val:
-                    raise OptionError("option fsname needs a value")
-                config.fsname = val
-            elif name == "metadata_ttl":
-                config.metadata_ttl = _number(name, val, float)
-            elif name == "chunk_cache":
-                config.chunk_cache = parse_size(name, val)
-            elif name == "readahead":
-                config.readahead = parse_size(name, val)
-            elif name == "cache_size":
-                config.cache_size = parse_size(name, val)
-            elif name == "cache_dir":
-                if not val:
-                    raise OptionError("option cache_dir needs a directory")
-                config.cache_dir = os.path.abspath(val)
-            elif name == "stats_file":
-                if not val:
-                    raise OptionError("option stats_file needs a path")
-                config.stats_file = os.path.abspath(val)
-            elif name == "disk_cache_size":
-                config.disk_cache_size = parse_size(name, val)
-            elif name == "cache_decoded":
-                if val not in (None, "on", "off"):
-                    raise OptionError(f"option {item}: say cache_decoded, cache_decoded=on "
-                                      "or cache_decoded=off")
-                config.cache_decoded = val != "off"
-            elif name == "max_metadata":
-                config.max_metadata = parse_size(name, val)
-                if config.max_metadata == 0:
-                    raise OptionError("option max_metadata=0: must be at least 1 byte")
-            elif name == "timeout":
-                config.timeout = _number(name, val, float)
-                if config.timeout == 0:
-                    raise OptionError("option timeout=0: must be more than 0 seconds")
-            elif name in ("endpoint_url", "region", "profile", "domain"):
-                if not val:
-                    raise OptionError(f"option {name} needs a value")
-                setattr(config, name, val)
-            elif name == "log_level":
-                if not val or val.upper() not in LOG_LEVELS:
-                    raise OptionError(f"option {item}: the level is one of "
-                                      f"{', '.join(LOG_LEVELS)} (log_level=info)")
-                config.log_level = val.upper()
-            elif name == "log_file":
-                if not val:
-                    raise OptionError("option log_file needs a path")
-                config.log_file = os.path.abspath(val)
-            elif name == "h5view":
-                if val not in ("on", "off"):
-                    raise OptionError(f"option {item}: say h5view=on or h5view=off")
-                config.h5view = val == "on"
-            elif name == "h5view_inline":
-                config.h5view_inline = parse_size(name, val)
-            elif name == "h5view_objects":
-                config.h5view_objects = int(_number(name, val, int))
-            elif name == "anon":
-                config.anon = True
-            elif name == "allow_local_refs":
-                config.allow_local_refs = True
-            elif name == "hsds_acls":
-                config.hsds_acls = True
-            elif name == "acl_map":
-                if not val:
-                    raise OptionError("option acl_map needs a file")
-                config.acl_map = os.path.abspath(val)
-                config.hsds_acls = True
-            elif name == "rw":
-                raise OptionError("h5mount mounts are read-only; option rw is not supported "
-                                  "(mount(8) adds rw unless the options say ro: add ro)")
-            elif name in _KERNEL:
-                config.kernel_options.append(name)
-            elif (name in _MOUNT_ONLY or name in _IGNORED_KERNEL or name == "comment"
-                  or name.startswith(("x-", "X-"))):
-                continue
-            else:
-                raise OptionError(f"unknown option: {item}")
+            _apply(config, name, value if eq else None)
     if config.cache_decoded and config.cache_dir is None:
         raise OptionError("option cache_decoded needs cache_dir (cache_dir=DIR,cache_decoded)")
+
+
+def _apply(config: MountConfig, name: str, value: str | None) -> None:
+    """Apply one option, ``value`` being None when it has no ``=``."""
+    opt = FIELD_OPTIONS.get(name)
+    if opt is not None:
+        setattr(config, name, opt.kind.parse(name, value))
+        if opt.implies:
+            setattr(config, opt.implies, True)
+        return
+    for mount8 in MOUNT8_OPTIONS:
+        if mount8.matches(name):
+            if mount8.refused:
+                raise OptionError(mount8.refused)
+            if mount8.kernel:
+                config.kernel_options.append(name)
+            return
+    raise OptionError(f"unknown option: {_item(name, value)}")
