@@ -26,6 +26,7 @@ wrote, so ``rw`` is refused with a message that says to add ``ro``.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -67,8 +68,20 @@ def _on_off(value: bool) -> str:
     return "on" if value else "off"
 
 
-#: ``NAME`` turns it on (a value after ``=`` is ignored).
-FLAG = Kind("", lambda _name, _value: True, _on_off)
+_YES = ("on", "yes", "true", "1")
+_NO = ("off", "no", "false", "0")
+
+
+def _flag(name: str, value: str | None) -> bool:
+    if value is None or value.lower() in _YES:
+        return True
+    if value.lower() in _NO:
+        return False
+    raise OptionError(f"option {name}={value}: say {name} or {name}=off")
+
+
+#: ``NAME`` turns it on; ``NAME=off`` (or ``no``, ``false``, ``0``) leaves it off.
+FLAG = Kind("", _flag, _on_off)
 
 
 def on_off(bare: bool = False) -> Kind:
@@ -95,7 +108,7 @@ def parse_size(name: str, value: str | None) -> int:
         number = float(digits)
     except ValueError:
         raise OptionError(f"option {name}={value}: not a size") from None
-    if number < 0 or not digits:
+    if not digits or not math.isfinite(number) or number < 0:
         raise OptionError(f"option {name}={value}: not a size")
     return int(number * _UNITS[unit])
 
@@ -125,6 +138,8 @@ def _number(name: str, value: str | None, kind: type[int] | type[float]) -> floa
         number = kind(value)
     except ValueError:
         raise OptionError(f"option {name}={value}: not a number") from None
+    if not math.isfinite(number):
+        raise OptionError(f"option {name}={value}: not a number")
     if number < 0:
         raise OptionError(f"option {name}={value}: must not be negative")
     return number

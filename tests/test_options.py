@@ -137,6 +137,11 @@ def test_defaults_the_readme_gives_elsewhere_are_the_table_s() -> None:
     ("readahead=lots", "option readahead=lots: not a size"),
     ("cache_size=-1M", "option cache_size=-1M: not a size"),
     ("max_metadata=0", "option max_metadata=0: must be at least 1 byte"),
+    ("chunk_cache=nan", "option chunk_cache=nan: not a size"),
+    ("cache_size=infG", "option cache_size=infG: not a size"),
+    ("metadata_ttl=nan", "option metadata_ttl=nan: not a number"),
+    ("timeout=inf", "option timeout=inf: not a number"),
+    ("allow_other=maybe", "option allow_other=maybe: say allow_other or allow_other=off"),
     ("fsname=", "option fsname needs a value"),
     ("endpoint_url", "option endpoint_url needs a value"),
     ("cache_dir", "option cache_dir needs a directory"),
@@ -174,6 +179,9 @@ def test_values_are_parsed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert config.hsds_acls and not config.h5view
     assert (config.log_level, config.fsname) == ("DEBUG", "x=y")
     assert config.kernel_options == ["nosuid", "dev", "nosuid"]
+    # a flag said off is off, not on
+    apply_options(config, ["allow_other=no,anon=off"])
+    assert (config.allow_other, config.anon) == (False, False)
 
 
 if __name__ == "__main__":
