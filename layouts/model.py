@@ -19,6 +19,10 @@ Conventions every layout keeps:
   ``ElementType.vlen`` names (``VlenKind``: ``VLenUTF8``, ``VLenBytes``,
   ``VLenArray`` of ``vlen_base``, or ``JSON``).
 * Object ids are opaque strings, unique within a domain.
+* What a layout can do is declared, never probed: every ``ChunkStore`` and
+  ``Catalog`` implements every member of its protocol (a batch read or load
+  of its own, or the plain ``read_each`` / ``get_each``), and a catalog says
+  with ``supports_proof_ages`` whether it is an ``AgedCatalog``.
 """
 
 from __future__ import annotations
@@ -27,14 +31,22 @@ import enum
 import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+from layouts.gather import outcomes
 
 if TYPE_CHECKING:
     from layouts.errors import LayoutError
 
 ChunkIndex = tuple[int, ...]
+
+#: Chunks read at once by ``read_each``, for a store that has no batch read.
+READ_EACH_CONCURRENCY = 16
+#: Objects loaded at once by ``get_each``, for a catalog that has no batch load.
+GET_EACH_CONCURRENCY = 64
 
 #: JSON-like attribute value (see module docstring).
 AttrValue = Any
@@ -191,10 +203,25 @@ def in_chunk_grid(index: Sequence[int], grid: Sequence[int]) -> bool:
 
 
 class ChunkStore(Protocol):
-    """How a dataset's chunks are found and read. Implemented by each layout."""
+    """How a dataset's chunks are found and read. Implemented by each layout.
+
+    Every store implements every member; none is optional, so a caller never
+    asks whether a store has one. ``read_many`` is where a store says whether it
+    reads a batch better than chunk by chunk: a batch read of its own (HSDS:
+    one ``Store.fetch_many`` and one decode of the batch), or ``read_each``
+    (``read`` of each chunk, ``READ_EACH_CONCURRENCY`` at once) for a store
+    that has none.
+    """
 
     async def read(self, index: ChunkIndex) -> bytes | None:
         """The chunk file's bytes (see module docstring), or None if not stored."""
+        ...
+
+    async def read_many(self, indices: Sequence[ChunkIndex]
+                        ) -> Sequence[bytes | LayoutError | None]:
+        """``read`` of every index, in order: each chunk's bytes, None if it is not
+        stored, or the ``LayoutError`` reading it raised. An error that fails the
+        whole batch (an unsupported filter) may be raised instead."""
         ...
 
     async def exists(self, index: ChunkIndex) -> bool:
@@ -209,6 +236,13 @@ class ChunkStore(Protocol):
         """True if ``iter_stored`` needs no storage round trip now (the listing is
         at hand), so listing the chunks ahead of a reader would save nothing."""
         ...
+
+
+async def read_each(store: ChunkStore, indices: Sequence[ChunkIndex]
+                    ) -> list[bytes | LayoutError | None]:
+    """``ChunkStore.read_many`` for a store with no batch read of its own: its chunks
+    read with ``READ_EACH_CONCURRENCY`` concurrent ``read`` calls."""
+    return await outcomes(store.read, indices, READ_EACH_CONCURRENCY)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -314,7 +348,18 @@ class Catalog(Protocol):
 
     ``single_domain`` is the path of the one domain to mount as the mount
     root (reference files, ``--domain``), or None to mount the folder tree.
+
+    Every catalog implements every member; none is optional, so a caller never
+    asks whether a catalog has one. ``get_objects`` is a batch load of the
+    catalog's own (HSDS: one ``Store.fetch_many``), or ``get_each`` for one
+    that has none; ``drop`` forgets what a catalog keeps besides its answers,
+    and does nothing in one that keeps nothing. ``supports_proof_ages`` says
+    whether the catalog is also an ``AgedCatalog``.
     """
+
+    #: True if the catalog is an ``AgedCatalog``: it says how old the proof of
+    #: each object it loads is (``load_objects``, ``proven``).
+    supports_proof_ages: bool
 
     @property
     def single_domain(self) -> str | None: ...
@@ -333,8 +378,26 @@ class Catalog(Protocol):
         """One object of ``domain`` by id."""
         ...
 
+    async def get_objects(self, domain: Domain, obj_ids: Sequence[str]
+                          ) -> list[AnyObject | LayoutError]:
+        """``get_object`` of each id, in order: each object or the ``LayoutError``
+        loading it raised."""
+        ...
 
-@runtime_checkable
+    def drop(self) -> None:
+        """Forget what the catalog keeps besides its answers (the daemon's SIGHUP):
+        indexes of storage, such as the HSDS domain listings, so what was
+        written since is found."""
+        ...
+
+
+async def get_each(catalog: Catalog, domain: Domain, obj_ids: Sequence[str]
+                   ) -> list[AnyObject | LayoutError]:
+    """``Catalog.get_objects`` for a catalog with no batch load of its own: its
+    objects loaded with ``GET_EACH_CONCURRENCY`` concurrent ``get_object`` calls."""
+    return await outcomes(partial(catalog.get_object, domain), obj_ids, GET_EACH_CONCURRENCY)
+
+
 class AgedCatalog(Catalog, Protocol):
     """A catalog that says, for each object it loads, how old the proof is that
     it is current: an answer built from a listing made a while ago is as old
@@ -342,7 +405,7 @@ class AgedCatalog(Catalog, Protocol):
     keeps it no longer than ``metadata_ttl`` from then; and once that has
     passed, a newer listing that proves the very same object current keeps
     it for another period (``proven``), so what did not change is not built,
-    rendered or listed again."""
+    rendered or listed again. Such a catalog sets ``supports_proof_ages``."""
 
     async def load_objects(self, domain: Domain, obj_ids: Sequence[str]
                            ) -> list[tuple[AnyObject | LayoutError, float]]:

@@ -7,7 +7,7 @@ writer may not produce on demand. Chunk data is given as bytes per index.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 import numcodecs
 import numpy as np
@@ -21,8 +21,10 @@ from layouts.model import (
     ElementType,
     Group,
     VlenKind,
+    get_each,
+    read_each,
 )
-from mountd.errors import NotFound
+from mountd.errors import MountError, NotFound
 
 
 class MemoryChunks:
@@ -31,6 +33,9 @@ class MemoryChunks:
 
     async def read(self, index: ChunkIndex) -> bytes | None:
         return self.chunks.get(index)
+
+    async def read_many(self, indices: Sequence[ChunkIndex]) -> list[bytes | MountError | None]:
+        return await read_each(self, indices)
 
     async def exists(self, index: ChunkIndex) -> bool:
         return index in self.chunks
@@ -45,6 +50,8 @@ class MemoryChunks:
 
 class MemoryCatalog:
     """Folders are given as name lists; objects by id within each domain."""
+
+    supports_proof_ages = False
 
     def __init__(
         self,
@@ -78,6 +85,13 @@ class MemoryCatalog:
         if obj_id not in self.objects:
             raise NotFound(obj_id)
         return self.objects[obj_id]
+
+    async def get_objects(self, domain: Domain,
+                          obj_ids: Sequence[str]) -> list[AnyObject | MountError]:
+        return await get_each(self, domain, obj_ids)
+
+    def drop(self) -> None:
+        """Nothing is kept besides the objects given."""
 
 
 def float_type() -> ElementType:

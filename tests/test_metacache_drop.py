@@ -16,6 +16,7 @@ a ``trio.Event`` the test sets.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -23,7 +24,7 @@ import trio.testing
 
 from layouts.formats.hsds._catalog import HsdsCatalog
 from layouts.formats.hsds._domains import DomainIndex
-from layouts.model import Domain, Group, Link, LinkKind, ObjectKind, ObjectRef
+from layouts.model import Domain, Group, Link, LinkKind, ObjectKind, ObjectRef, get_each
 from mountd.cache.metacache import CachedCatalog
 from mountd.io.blockcache import BlockCache
 from mountd.sources import Source
@@ -35,6 +36,7 @@ class Versions:
     """A catalog whose answer for every name is its current ``version``."""
 
     single_domain = None
+    supports_proof_ages = False
 
     def __init__(self) -> None:
         self.version = 1
@@ -53,6 +55,12 @@ class Versions:
 
     async def get_object(self, domain: Domain, obj_id: str) -> Any:
         raise AssertionError("not used")
+
+    async def get_objects(self, domain: Domain, obj_ids: Sequence[str]) -> list[Any]:
+        raise AssertionError("not used")
+
+    def drop(self) -> None:
+        """Nothing is kept besides the answers."""
 
 
 def test_drop_makes_every_answer_stale() -> None:
@@ -173,6 +181,7 @@ class Linked:
     """A domain whose root group links to one object, by a name the test changes."""
 
     single_domain = "d"
+    supports_proof_ages = False
 
     def __init__(self) -> None:
         self.name = "first"
@@ -189,6 +198,12 @@ class Linked:
         assert obj_id == "g-root"
         link = Link(LinkKind.HARD, "d-target", target_kind=ObjectKind.DATASET)
         return Group(id="g-root", links={self.name: link})
+
+    async def get_objects(self, domain: Domain, obj_ids: Sequence[str]) -> list[Any]:
+        return await get_each(self, domain, obj_ids)
+
+    def drop(self) -> None:
+        """Nothing is kept besides the answers."""
 
 
 def test_tree_refresh_drops_the_reference_index() -> None:

@@ -14,6 +14,7 @@ The only timing assertions are upper bounds: an operation ends within its
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import time
@@ -25,6 +26,7 @@ from unittest import mock
 import boto3
 import pytest
 import trio
+import trio.testing
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
@@ -439,6 +441,47 @@ def test_credentials_snapshot_is_reread(monkeypatch: pytest.MonkeyPatch) -> None
         monkeypatch.setattr(s3, "CREDENTIALS_TTL", 0.0)
         credentials._fresh_until = trio.current_time()
         assert (await credentials.signer("r")).access_key == "key2"
+    trio.run(main)
+
+
+def test_a_replaced_client_ends_its_calls_then_closes() -> None:
+    """After a swap (SIGHUP) new calls get the new aiobotocore client; a call under
+    way ends on the old one, and the last such call closes it."""
+    closed: list[str] = []
+
+    def client(name: str) -> s3._Client:
+        exits = contextlib.AsyncExitStack()
+        exits.callback(closed.append, name)
+        return s3._Client(name, exits)
+
+    async def connect(session: object) -> s3._Client:
+        return client("new")
+
+    async def main() -> None:
+        clients = s3._Clients(client("first"), connect)
+        gate = trio.Event()
+        used: list[str] = []
+
+        async def call() -> None:
+            async with clients.use() as held:
+                used.append(held)
+                await gate.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            await trio.testing.wait_all_tasks_blocked()
+            clients.swap(await clients.open(object()))  # type: ignore[arg-type]
+            await clients.close_unused()
+            async with clients.use() as held:
+                assert held == "new"
+            assert closed == []
+            gate.set()
+        assert used == ["first"] and closed == ["first"]
+        clients.swap(client("third"))
+        await clients.close_unused()
+        assert closed == ["first", "new"]
+        await clients.aclose()
+        assert closed == ["first", "new", "third"]
     trio.run(main)
 
 

@@ -7,7 +7,7 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
 import pytest
@@ -24,13 +24,14 @@ from layouts.model import (
     LinkKind,
     ObjectKind,
     ObjectRef,
+    read_each,
 )
 from layouts.views import _npy as npy
 from layouts.views._npy import NpyReader, NpyView, flat_boxes
 from mountd.cache.chunkahead import GridReadahead, ravel, unravel
 from mountd.cache.chunkcache import ChunkCache
 from mountd.cache.metacache import CachedCatalog
-from mountd.errors import NotFound, StorageError
+from mountd.errors import MountError, NotFound, StorageError
 from mountd.tree import Tree, meta
 from mountd.tree.groups import GroupDir
 from mountd.tree.names import display_name, escape, unescape
@@ -401,6 +402,10 @@ class GeneratedChunks:
         self.reads.append(index)
         await trio.sleep(self.delay)
         return np.full(self.chunk_elements, ravel(index, self.grid), dtype="<f4").tobytes()
+
+    async def read_many(self, indices: Sequence[tuple[int, ...]]
+                        ) -> list[bytes | MountError | None]:
+        return await read_each(self, indices)
 
     async def exists(self, index: tuple[int, ...]) -> bool:
         return True

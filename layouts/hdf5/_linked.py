@@ -46,9 +46,9 @@ import numpy as np
 
 from layouts.bounds import MAX_CHUNK_BYTES
 from layouts.decoding import decode_sized
-from layouts.errors import Corrupt, FormatError, NotFound, StorageError
+from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, StorageError
 from layouts.hdf5._filters import Pipeline, decode, stored_limit
-from layouts.model import ChunkIndex, chunk_grid, in_chunk_grid
+from layouts.model import ChunkIndex, chunk_grid, in_chunk_grid, read_each
 from layouts.storage import ByteRange, Fetched, OpenUri, Store
 
 log = logging.getLogger(__name__)
@@ -327,6 +327,11 @@ class ContiguousRefStore:
         return await decode_sized(length + spec.nbytes, _cut, spec, raw, extent,
                                   self._strides)
 
+    async def read_many(self, indices: Sequence[ChunkIndex]
+                        ) -> list[bytes | LayoutError | None]:
+        """No batch read of its own: chunk by chunk (``read_each``)."""
+        return await read_each(self, indices)
+
     async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
         if self._size > 0:
             for index in np.ndindex(*self._spec.grid):
@@ -384,6 +389,11 @@ class ChunkedRefStore:
         return await decode_sized(sum(map(len, raws)) + spec.nbytes, _assemble, spec,
                                   self._locator.piece_shape, pieces, raws,
                                   spec.extent(index))
+
+    async def read_many(self, indices: Sequence[ChunkIndex]
+                        ) -> list[bytes | LayoutError | None]:
+        """No batch read of its own: chunk by chunk (``read_each``)."""
+        return await read_each(self, indices)
 
     async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
         async for index in self._locator.indices():

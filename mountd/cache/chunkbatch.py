@@ -1,13 +1,14 @@
 """Reading many chunks of one dataset at once.
 
 Owns how a batch of chunks is read (``read_chunks``) and how large a batch
-is (``batch_size``). A chunk store with a ``read_many`` of its own (HSDS:
-one ``get_many`` of the chunk objects, one worker-thread call for a local
-bucket, concurrent gets for a remote one, decoded together) answers the
-batch; any other store gets ``READ_CONCURRENCY`` concurrent ``read`` calls.
-A batch is at most ``MAX_BATCH`` chunks and about ``BATCH_BYTES`` of decoded
-data, so a batch of large chunks is one chunk and a batch of tiny ones pays
-one thread hop for hundreds of chunks.
+is (``batch_size``). The dataset's chunk store reads the batch with its
+``read_many``: HSDS with one ``fetch_many`` of the chunk objects (one
+worker-thread call for a local bucket, concurrent gets for a remote one),
+decoded together; a store with no batch read of its own with concurrent
+``read`` calls (``layouts.model.read_each``). A batch is at most
+``MAX_BATCH`` chunks and about ``BATCH_BYTES`` of decoded data, so a batch
+of large chunks is one chunk and a batch of tiny ones pays one thread hop
+for hundreds of chunks.
 
 Concurrency: stateless; safe from any number of trio tasks.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
-from layouts.gather import outcomes
 from layouts.model import ChunkIndex, Dataset
 from mountd.cache.chunkcache import Outcome
 
@@ -26,10 +26,6 @@ MAX_BATCH = 256
 BATCH_BYTES = 256 << 10
 #: What one chunk of a variable-length type counts as (its size is unknown).
 VLEN_CHUNK_BYTES = 64 << 10
-#: Chunks read at once from a store that has no batch read.
-READ_CONCURRENCY = 16
-
-ReadMany = Callable[[Sequence[ChunkIndex]], Awaitable[Sequence[Outcome]]]
 
 
 def chunk_bytes(ds: Dataset) -> int:
@@ -44,10 +40,7 @@ def batch_size(ds: Dataset) -> int:
 
 async def read_chunks(ds: Dataset, indices: Sequence[ChunkIndex]) -> Sequence[Outcome]:
     """``ds.read_chunk`` of every index, in order: a chunk, None or the error."""
-    read_many: ReadMany | None = getattr(ds.store, "read_many", None)
-    if read_many is not None:
-        return await read_many(indices)
-    return await outcomes(ds.read_chunk, indices, READ_CONCURRENCY)
+    return await ds.store.read_many(indices)
 
 
 def fetcher(ds: Dataset) -> Callable[[list[Hashable]], Awaitable[Sequence[Outcome]]]:

@@ -6,17 +6,17 @@ alone). Entries are evicted oldest fetch first, in O(1).
 Each answer, including a failure, is kept for ``ttl`` seconds from when
 storage proved it, so a corrupt object is read (and logged) once per TTL,
 not once per kernel request: from its fetch, or, for an inner catalog that
-says how old each object's proof is (an ``AgedCatalog``: an HSDS catalog
-building a domain's objects from one listing), from that proof, so nothing
-is served longer than ``ttl`` after storage last showed it current. An
-expired object that such a catalog proves current again with no I/O (the
-very same instance, shown unchanged by a newer listing: ``proven``) is kept
-for another period instead of being fetched, so everything derived from it
-(renderings, listings) stays valid.
+says how old each object's proof is (an ``AgedCatalog``, as its
+``supports_proof_ages`` declares: an HSDS catalog building a domain's objects
+from one listing), from that proof, so nothing is served longer than ``ttl``
+after storage last showed it current. An expired object that such a catalog
+proves current again with no I/O (the very same instance, shown unchanged by
+a newer listing: ``proven``) is kept for another period instead of being
+fetched, so everything derived from it (renderings, listings) stays valid.
 ``drop`` (the daemon's SIGHUP) ends every answer's freshness at once: each
 entry belongs to the ``generation`` it was fetched in, and only entries of
-the current one are fresh; it also calls the inner catalog's ``drop``, if it
-has one (the HSDS catalog's domain key indexes).
+the current one are fresh; it also calls the inner catalog's ``drop`` (the
+HSDS catalog's domain key indexes).
 
 Concurrency: one fetch per key at a time. The first task to miss starts the
 fetch and stores a ``trio.Event``; tasks that arrive meanwhile wait on that
@@ -37,12 +37,8 @@ from typing import Any
 
 import trio
 
-from layouts.gather import outcomes
 from layouts.model import AgedCatalog, AnyObject, Catalog, Domain
 from mountd.errors import MountError
-
-#: Objects fetched at once, one by one, from a catalog without ``get_objects``.
-FETCH_CONCURRENCY = 64
 
 
 @dataclass(slots=True)
@@ -58,11 +54,14 @@ class _Entry:
 class CachedCatalog:
     """A ``Catalog`` that remembers answers of the one it wraps for ``ttl`` seconds."""
 
+    #: Not an ``AgedCatalog`` itself: it does not say how old its answers are.
+    supports_proof_ages = False
+
     def __init__(self, inner: Catalog, ttl: float, max_entries: int = 200_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.inner = inner
         #: Whether the inner catalog says how old its answers are.
-        self._aged = isinstance(inner, AgedCatalog)
+        self._aged = inner.supports_proof_ages
         self.ttl = ttl
         self.max_entries = max_entries
         self._clock = clock
@@ -86,11 +85,9 @@ class CachedCatalog:
 
     def drop(self) -> None:
         """Make every cached answer stale now: the next request for it reads storage.
-        An inner catalog that keeps indexes of its own (``drop``) forgets them too."""
+        The inner catalog forgets its own indexes too (its ``drop``)."""
         self.generation += 1
-        drop = getattr(self.inner, "drop", None)
-        if drop is not None:
-            drop()
+        self.inner.drop()
 
     def _usable(self, entry: _Entry, now: float) -> bool:
         """Whether a settled entry may still be served."""
@@ -180,8 +177,8 @@ class CachedCatalog:
     async def get_objects(self, domain: Domain,
                           obj_ids: Sequence[str]) -> list[AnyObject | MountError]:
         """Many objects, each or its error, in order; the ones not cached are
-        fetched together (``load_objects`` or ``get_objects`` of the inner
-        catalog where it has them, else concurrently one by one)."""
+        fetched together (``load_objects`` of an ``AgedCatalog``, else
+        ``get_objects`` of the inner catalog)."""
         now = self._clock()
         out: list[AnyObject | MountError] = [MountError("not loaded")] * len(obj_ids)
         fetch: dict[str, _Entry] = {}
@@ -245,12 +242,7 @@ class CachedCatalog:
         if self._aged:
             aged: AgedCatalog = self.inner  # type: ignore[assignment]
             return await aged.load_objects(domain, obj_ids)
-        batch = getattr(self.inner, "get_objects", None)
-        if batch is not None:
-            results: list[AnyObject | MountError] = await batch(domain, obj_ids)
-        else:
-            results = await outcomes(lambda obj_id: self.inner.get_object(domain, obj_id),
-                                     obj_ids, FETCH_CONCURRENCY)
+        results = await self.inner.get_objects(domain, obj_ids)
         return [(result, 0.0) for result in results]
 
     async def list_folder(self, path: str) -> list[str]:

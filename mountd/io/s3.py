@@ -1,8 +1,10 @@
 """A ``Store`` over S3 or any S3-compatible service: key ``k`` is ``s3://BUCKET/PREFIX/k``.
 
-Owns, per mount, one aiobotocore client and one ``mountd.io.h1.H1Client``,
-opened by ``open_s3`` and closed when its context ends; both run on trio
-natively (aiobotocore through its httpx backend). ``S3Connection`` hands out an
+Owns, per mount, an aiobotocore client (a new one after each SIGHUP that
+rereads the credentials) and one ``mountd.io.h1.H1Client``, opened by
+``open_s3`` and closed when its context ends; both run on trio natively
+(aiobotocore through its httpx backend, loading its service model in a worker
+thread: ``warm_up_loader_caches``). ``S3Connection`` hands out an
 ``S3Store`` per (bucket, prefix) over them, so a link into another bucket on
 the same endpoint reuses the credentials and the connection pools
 (``S3Store.for_bucket``).
@@ -38,10 +40,13 @@ config and credentials files, ...), unless ``anon`` sends unsigned requests.
 ``S3Connection.reread_credentials`` (the daemon's SIGHUP) runs the chain
 again in a new session, as botocore reads the config and credentials files
 once per session: both paths sign with what it finds from their next request
-on (aiobotocore's client by its request signer's credentials, the one private
-attribute this module sets). If it finds nothing usable, the old credentials
-stay and one WARNING says why. Only the credentials are read again: the
-region, endpoint and bucket routes stay as they were found at the start.
+on, the hot path with a new snapshot, aiobotocore's calls through a new
+client of that session, made with the region, endpoint and options of the
+first (calls under way finish on the old client, which the last of them
+closes). If it finds nothing usable, the old credentials stay and one WARNING
+says why. Only the credentials are read again: the region, endpoint and bucket
+routes stay as they were found at the start (settings that only a config file
+gives the client, such as a CA bundle, come with the new session's reading).
 The region is ``region``, else the chain's, else us-east-1. An explicit
 ``endpoint_url`` (an S3-compatible store) switches to path-style addressing.
 
@@ -72,10 +77,12 @@ one store, or several stores of one connection, at once. The connection's
 per-bucket routes and credential snapshot are replaced whole without an
 ``await`` in between, and only one task at a time re-reads the credentials
 (the others sign with the snapshot they have, which is still valid). A
-SIGHUP's new credentials replace the snapshot, its source and the client's
+SIGHUP's new credentials replace the snapshot, its source and the client
 in one section without an ``await``, so a request is signed with the old
 credentials or the new, never a mix; a periodic re-read of the old source
-that ends after it is discarded. On the hot path one
+that ends after it is discarded. An aiobotocore call keeps the client it
+started on until it ends (``_Clients.use``); a replaced client is closed by
+the last of them, or right after the swap if none uses it. On the hot path one
 ``trio.CapacityLimiter(max_connections)`` per connection bounds the requests
 in flight, hence the hot path's open connections (it keeps as many idle), so
 a request never waits for a connection; time spent waiting for the limiter
@@ -92,6 +99,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -213,9 +221,12 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
                 max_pool_connections=options.max_connections,
                 signature_version=UNSIGNED if options.anon else None,
                 s3={"addressing_style": "path"} if options.endpoint_url else None,
+                warm_up_loader_caches=True,
             )
-            client = await stack.enter_async_context(session.create_client(
-                "s3", region_name=region, endpoint_url=options.endpoint_url, config=config))
+            connect = partial(_open_client, region=region, endpoint_url=options.endpoint_url,
+                              config=config)
+            clients = _Clients(await connect(session), connect)
+            stack.push_async_callback(clients.aclose)
             credentials = None
             if not options.anon:
                 found = await _read_credentials(session)
@@ -233,7 +244,7 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
         stack.callback(hot.close)
         log.debug("S3 client for %s in %s (%s)", options.endpoint_url or "AWS", region,
                   "unsigned" if options.anon else f"profile {options.profile or 'default'}")
-        yield S3Connection(client, options, policy, hot, credentials)
+        yield S3Connection(clients, options, policy, hot, credentials)
 
 
 async def _read_credentials(session: AioSession) -> tuple[Any, ReadOnlyCredentials] | None:
@@ -265,11 +276,6 @@ class _Credentials:
             access_key, secret_key, token = self._snapshot[:3]
             signer = self._signers[region] = SigV4Signer(access_key, secret_key, token, region)
         return signer
-
-    @property
-    def source(self) -> Any:
-        """aiobotocore's credentials object the snapshot is taken from."""
-        return self._source
 
     @property
     def access_key(self) -> str:
@@ -305,6 +311,78 @@ class _Credentials:
         logsafe.add_secret(self._snapshot.token)
 
 
+@dataclass(eq=False, slots=True)
+class _Client:
+    """One open aiobotocore client, what closes it, and the calls using it now."""
+
+    client: Any
+    exits: AsyncExitStack
+    calls: int = 0
+
+
+async def _open_client(session: AioSession, *, region: str, endpoint_url: str | None,
+                       config: AioConfig) -> _Client:
+    """A new S3 client of ``session``: it signs with what the session's credential
+    chain finds."""
+    exits = AsyncExitStack()
+    client = await exits.enter_async_context(session.create_client(
+        "s3", region_name=region, endpoint_url=endpoint_url, config=config))
+    return _Client(client, exits)
+
+
+class _Clients:
+    """A connection's aiobotocore clients, all made by ``connect``: the one every call
+    starts on (``first``, then each one ``swap`` puts in), and those it replaced
+    that calls under way still use. A replaced client is closed once no call
+    uses it: by the last such call to end, or by ``close_unused``; ``aclose``
+    closes every one."""
+
+    def __init__(self, first: _Client,
+                 connect: Callable[[AioSession], Awaitable[_Client]]) -> None:
+        self._current = first
+        self._replaced: set[_Client] = set()
+        self._connect = connect
+
+    async def open(self, session: AioSession) -> _Client:
+        """A new client of ``session``, made like the first; no call uses it before
+        ``swap``."""
+        return await self._connect(session)
+
+    def swap(self, new: _Client) -> None:
+        """Start every call from now on on ``new`` (no await)."""
+        self._replaced.add(self._current)
+        self._current = new
+
+    @asynccontextmanager
+    async def use(self) -> AsyncIterator[Any]:
+        """The client for one call: the current one, kept open until the call ends."""
+        held = self._current
+        held.calls += 1
+        try:
+            yield held.client
+        finally:
+            held.calls -= 1
+            if held in self._replaced and not held.calls:
+                await self._close(held)
+
+    async def close_unused(self) -> None:
+        """Close the replaced clients that no call uses."""
+        for held in [held for held in self._replaced if not held.calls]:
+            await self._close(held)
+
+    async def aclose(self) -> None:
+        """Close every client, in use or not (the connection's end)."""
+        for held in [self._current, *self._replaced]:
+            await self._close(held)
+
+    async def _close(self, held: _Client) -> None:
+        """Close one client (again: nothing), also in a cancelled task: it only
+        closes sockets."""
+        self._replaced.discard(held)
+        with trio.CancelScope(shield=True):
+            await held.exits.aclose()
+
+
 @dataclass(frozen=True, slots=True)
 class _Route:
     """Where a bucket's object ``k`` is: ``{path}/{quote(k)}`` at ``endpoint``, with
@@ -331,9 +409,9 @@ class _Redirected(Exception):
 class S3Connection:
     """One open client; makes stores for any bucket reachable with it."""
 
-    def __init__(self, client: Any, options: S3Options, policy: RetryPolicy,
+    def __init__(self, clients: _Clients, options: S3Options, policy: RetryPolicy,
                  hot: H1Client, credentials: _Credentials | None) -> None:
-        self.client = client
+        self.clients = clients
         self.options = options
         self.policy = policy
         self.hot = hot
@@ -347,32 +425,39 @@ class S3Connection:
     async def reread_credentials(self) -> None:
         """Run the credential chain again in a new session (the daemon's SIGHUP), so
         changed credentials or config files, or a changed profile in them, are read;
-        sign with what it finds from the next request on. If it finds nothing usable
+        sign with what it finds from the next request on: the hot path with a new
+        snapshot, aiobotocore with a new client of that session (calls under way
+        end on the old one, closed once none uses it). If it finds nothing usable
         (file gone, no credentials, unknown profile, no answer within ``timeout``),
         keep the old ones and log one WARNING. Nothing to do for ``anon``."""
         credentials = self._credentials
         if credentials is None:
             return
-        found = None
+        found = client = None
         try:
             with trio.fail_after(self.policy.timeout):
-                found = await _read_credentials(AioSession(profile=self.options.profile))
+                session = AioSession(profile=self.options.profile)
+                found = await _read_credentials(session)
+                if found is not None:
+                    client = await self.clients.open(session)
             reason = "no credentials found"
         except trio.TooSlowError:
             reason = f"no answer within {self.policy.timeout:g} s"
         except Exception as exc:  # whatever a provider raises, the old credentials stay
             reason = f"{type(exc).__name__}: {exc}"
-        if found is None:
+        if found is None or client is None:
             log.warning("AWS credentials not reread, still signing with access key %s: %s",
                         credentials.access_key, reason)
             return
         old = credentials.access_key
-        # No await from here on: each request signs with the old credentials or the new.
+        # No await until both are swapped: a request starts with the old credentials
+        # and client or with the new.
         credentials.replace(*found)
-        self.client._request_signer._credentials = credentials.source
+        self.clients.swap(client)
         log.info("AWS credentials reread (profile %s): access key %s%s",
                  self.options.profile or "default", credentials.access_key,
                  "" if credentials.access_key != old else ", unchanged")
+        await self.clients.close_unused()
 
     def store_for_url(self, url: str) -> S3Store:
         """The store for ``s3://BUCKET[/PREFIX]``."""
@@ -396,9 +481,10 @@ class S3Connection:
         """``bucket``'s endpoint as aiobotocore's resolver gives it for GetObject."""
         context: dict[str, Any] = {}
         try:
-            url, headers, _ = await self.client._resolve_endpoint_ruleset(
-                self.client.meta.service_model.operation_model("GetObject"),
-                {"Bucket": bucket, "Key": "k"}, context)
+            async with self.clients.use() as client:
+                url, headers, _ = await client._resolve_endpoint_ruleset(
+                    client.meta.service_model.operation_model("GetObject"),
+                    {"Bucket": bucket, "Key": "k"}, context)
         except BotoCoreError as exc:  # aiobotocore says so again on the call itself
             log.debug("s3://%s: no endpoint (%s)", bucket, exc)
             return None
@@ -441,7 +527,7 @@ class S3Store:
 
     def __init__(self, connection: S3Connection, bucket: str, prefix: str = "") -> None:
         self._conn = connection
-        self._client = connection.client
+        self._clients = connection.clients
         self._policy = connection.policy
         self._limiter = connection.limiter
         self._page_size = connection.options.page_size
@@ -506,14 +592,15 @@ class S3Store:
             params["Range"] = headers["Range"]
         if "If-Match" in headers:
             params["IfMatch"] = headers["If-Match"]
-        try:
-            response = await self._client.get_object(**params)
-        except ClientError as exc:
-            if _status(exc) == 416:
-                return None
-            raise
-        async with response["Body"] as body:
-            data = await body.read()
+        async with self._clients.use() as client:
+            try:
+                response = await client.get_object(**params)
+            except ClientError as exc:
+                if _status(exc) == 416:
+                    return None
+                raise
+            async with response["Body"] as body:
+                data = await body.read()
         return _fetched(key, response.get("ContentRange"), data, byte_range,
                         etag=response.get("ETag", ""), mtime=_mtime(response))
 
@@ -528,7 +615,8 @@ class S3Store:
                     return await self._head_direct(route, key)
                 except _Redirected as exc:
                     self._conn.reroute(self.bucket, str(exc))
-            response = await self._client.head_object(Bucket=self.bucket, Key=self.prefix + key)
+            async with self._clients.use() as client:
+                response = await client.head_object(Bucket=self.bucket, Key=self.prefix + key)
             return ObjectInfo(response["ContentLength"], response.get("ETag", ""),
                               _mtime(response))
 
@@ -610,7 +698,8 @@ class S3Store:
             params["ContinuationToken"] = token
 
         async def attempt() -> dict[str, Any]:
-            return await self._client.list_objects_v2(**params)
+            async with self._clients.use() as client:
+                return await client.list_objects_v2(**params)
 
         page = await self._call(prefix or "/", attempt)
         contents = page.get("Contents", [])

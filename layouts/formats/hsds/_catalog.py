@@ -201,7 +201,10 @@ class HsdsCatalog:
     beyond it). With ``domain_index``, a walk lists each domain once and
     builds what its summary covers from it (``layouts.formats.hsds._domains``).
     ``decoded`` keeps decoded chunks across mounts (``layouts.decoding``).
+    It is an ``AgedCatalog`` (``load_objects``, ``proven``).
     """
+
+    supports_proof_ages = True
 
     def __init__(self, store: Store, single_domain: str | None = None,
                  open_uri: OpenUri | None = None,

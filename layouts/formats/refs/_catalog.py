@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -67,7 +67,7 @@ import numpy as np
 
 from layouts.bounds import MAX_RANK, check_json, check_sizes, link_name_problem
 from layouts.decoding import DecodedCache, decode_sized, decoded_token
-from layouts.errors import Corrupt, FormatError, NotFound, StorageError, report_once
+from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, StorageError, report_once
 from layouts.formats.refs._codecs import (
     ChunkSpec,
     Codecs,
@@ -104,7 +104,9 @@ from layouts.model import (
     ObjectKind,
     VlenKind,
     chunk_grid,
+    get_each,
     in_chunk_grid,
+    read_each,
 )
 from layouts.storage import DEFAULT_MAX_METADATA, ByteRange, Fetched, OpenUri, Store, too_large
 
@@ -369,6 +371,11 @@ class RefChunkStore:
                 return kept
         return await self._decode(await self._reader.read(ref), key)
 
+    async def read_many(self, indices: Sequence[ChunkIndex]
+                        ) -> list[bytes | LayoutError | None]:
+        """No batch read of its own: chunk by chunk (``read_each``)."""
+        return await read_each(self, indices)
+
     async def _read_kept(self, ref: RangeRef, size: int, key: str,
                          decoded: DecodedCache) -> bytes | None:
         """The chunk of ``ref`` (of ``size`` bytes) through the ``DecodedCache``: its
@@ -427,6 +434,11 @@ class NoExternalStore:
     async def read(self, index: ChunkIndex) -> bytes | None:
         raise self._error()
 
+    async def read_many(self, indices: Sequence[ChunkIndex]
+                        ) -> list[bytes | LayoutError | None]:
+        """No batch read of its own: chunk by chunk (``read_each``)."""
+        return await read_each(self, indices)
+
     async def _stored(self) -> list[ChunkIndex]:
         raise self._error()
 
@@ -458,6 +470,8 @@ class RefCatalog:
     ``max_metadata`` is the largest ``.zattrs`` or ``.zarray`` read, in bytes;
     ``decoded`` keeps decoded chunks across mounts (``layouts.decoding``).
     """
+
+    supports_proof_ages = False
 
     def __init__(self, table: RefTable, open_uri: OpenUri,
                  external: ExternalArrays | None = None,
@@ -493,6 +507,15 @@ class RefCatalog:
             return found
         obj = await self._build(obj_id)
         return self._objects.setdefault(obj_id, obj)
+
+    async def get_objects(self, domain: Domain,
+                          obj_ids: Sequence[str]) -> list[AnyObject | LayoutError]:
+        """No batch load of its own: one by one (``get_each``)."""
+        return await get_each(self, domain, obj_ids)
+
+    def drop(self) -> None:
+        """Nothing to forget besides answers: the reference table, read when the
+        file was opened, is not read again, and the objects built from it stay."""
 
     async def _build(self, obj_id: str) -> AnyObject:
         if not obj_id.startswith("/") or (obj_id != ROOT_ID and obj_id.endswith("/")):

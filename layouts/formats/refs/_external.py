@@ -43,7 +43,7 @@ import io
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -65,7 +65,7 @@ from layouts.hdf5 import (
     pipeline,
     stored_limit,
 )
-from layouts.model import ChunkIndex, ChunkStore, VlenKind, chunk_grid, in_chunk_grid
+from layouts.model import ChunkIndex, ChunkStore, VlenKind, chunk_grid, in_chunk_grid, read_each
 from layouts.storage import OpenUri
 
 log = logging.getLogger(__name__)
@@ -280,6 +280,11 @@ class ExternalArrayStore:
             raise
         except (OSError, ValueError, TypeError) as exc:
             raise Corrupt(self._what, f"h5py cannot read chunk {list(index)}: {exc}") from exc
+
+    async def read_many(self, indices: Sequence[ChunkIndex]
+                        ) -> list[bytes | LayoutError | None]:
+        """No batch read of its own: chunk by chunk (``read_each``)."""
+        return await read_each(self, indices)
 
     def _check_filtered(self, ds: h5py.Dataset, region: tuple[slice, ...]) -> None:
         """Before libhdf5 undoes the filters of the stored chunks ``region`` touches,
