@@ -56,7 +56,7 @@ from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
 from mountd.sources import Source, open_source
-from mountd.tree import Tree
+from mountd.tree import make_tree
 from mountd.tree.h5view import H5Views
 
 log = logging.getLogger(__name__)
@@ -323,8 +323,8 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     tune_gc()
     cache = ChunkCache(config.chunk_cache)
     catalog = CachedCatalog(source.catalog, ttl=config.metadata_ttl)
-    tree = Tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
-    tree.h5views = H5Views.for_mount(tree, config)
+    tree = make_tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
+                     h5views=H5Views.for_mount(config))
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
                      acls=acl_policy(config))
     reporter = stats.Reporter(config, ops, tree, catalog, source.block_cache)

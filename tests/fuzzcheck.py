@@ -3,7 +3,7 @@
 The checking side of ``tests/test_fuzz.py``:
 
 * ``tree_snapshot(config)`` opens a source as the daemon does
-  (``mountd.sources.open_source``, ``CachedCatalog``, ``Tree`` with the
+  (``mountd.sources.open_source``, ``CachedCatalog``, ``make_tree`` with the
   views of ``layouts.views.VIEWS`` and a chunk cache whose prefetches run in a
   nursery) and walks every entry: lookups of every listed name, every file read to its end
   (``READ_CAP`` bytes at most), every symlink's text, every directory's
@@ -53,7 +53,7 @@ from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.errors import MountError
 from mountd.sources import open_source
-from mountd.tree import Tree
+from mountd.tree import make_tree
 from mountd.tree.h5view import H5Views
 from mountd.tree.names import display_name
 from mountd.tree.nodes import DirNode, FileNode, Node, SymlinkNode
@@ -158,9 +158,9 @@ async def tree_snapshot(config: MountConfig, timeout: float = 60.0) -> Snapshot:
         try:
             async with open_source(config) as source, trio.open_nursery() as nursery:
                 cache = ChunkCache(1 << 20, nursery)
-                tree = Tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl),
-                            views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache)
-                tree.h5views = H5Views.for_mount(tree, config)
+                tree = make_tree(CachedCatalog(source.catalog, ttl=config.metadata_ttl),
+                                 views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
+                                 h5views=H5Views.for_mount(config))
                 if source.block_cache is not None:
                     source.block_cache.nursery = nursery
                 try:

@@ -413,7 +413,7 @@ def test_small_blocks_give_the_same_bytes(lindi_files: dict[str, Path], lindi_mo
     from mountd.cache.metacache import CachedCatalog  # noqa: PLC0415
     from mountd.config import MountConfig  # noqa: PLC0415
     from mountd.sources import open_source  # noqa: PLC0415
-    from mountd.tree import Tree  # noqa: PLC0415
+    from mountd.tree import make_tree  # noqa: PLC0415
     from mountd.tree.nodes import DirNode, FileNode  # noqa: PLC0415
 
     monkeypatch.setattr(anndata_files, "ENTRY_STEP", 1000)
@@ -425,8 +425,8 @@ def test_small_blocks_give_the_same_bytes(lindi_files: dict[str, Path], lindi_mo
         config = MountConfig(source=str(source), mountpoint="/nonexistent")
         got = []
         async with open_source(config) as opened, trio.open_nursery() as nursery:
-            tree = Tree(CachedCatalog(opened.catalog, ttl=60), views=VIEWS,
-                        chunk_cache=ChunkCache(64 << 20, nursery))
+            tree = make_tree(CachedCatalog(opened.catalog, ttl=60), views=VIEWS,
+                             chunk_cache=ChunkCache(64 << 20, nursery))
             for rel in rels:
                 node: Any = await tree.root()
                 for part in rel.parts:

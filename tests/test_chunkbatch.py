@@ -26,7 +26,7 @@ from mountd.cache.chunkahead import AHEAD_CHUNKS
 from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.errors import Corrupt, MountError
 from mountd.io.local import LocalStore
-from mountd.tree import Tree
+from mountd.tree import Tree, make_tree
 from mountd.tree.viewnodes import ViewHandle
 from tests.test_tree import catalog_with, walk
 
@@ -128,7 +128,7 @@ def test_npy_of_tiny_chunks_reads_in_batches_within_budget(tmp_path: Path, budge
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             cache = ChunkCache(budget, nursery)
-            tree = Tree(catalog_with(x=ds), views=[NpyView()], chunk_cache=cache)
+            tree = make_tree(catalog_with(x=ds), views=[NpyView()], chunk_cache=cache)
             tracemalloc.start()
             handle, parts = await read_npy(tree, 16 << 10)
             peak = tracemalloc.get_traced_memory()[1]

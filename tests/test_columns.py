@@ -45,7 +45,7 @@ from layouts.views._api import ViewContext, ViewFile
 from layouts.views._columns import BuiltFileView, Column, DatasetColumn, csv_file, field_columns
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import StorageError
-from mountd.tree import Tree
+from mountd.tree import Tree, build
 from mountd.tree.nodes import DirNode, FileNode, Node, listed_stat
 from tests.modelcat import MemoryCatalog, MemoryChunks, group
 
@@ -381,7 +381,7 @@ def make_tree(n: int) -> Tree:
                "d-table": table}
     catalog = MemoryCatalog({"f.h5": Domain("f.h5", "g-root", 2.0, {})}, objects,
                             {"": ["f.h5"]}, single_domain="f.h5")
-    return Tree(CachedCatalog(catalog, ttl=60), views=[CsvToy(), JsonlToy()])
+    return build.make_tree(CachedCatalog(catalog, ttl=60), views=[CsvToy(), JsonlToy()])
 
 
 async def lookup(tree: Tree, name: str) -> Node:
@@ -423,7 +423,7 @@ def test_errors_reach_the_reader_as_storage_errors() -> None:
 
     async def main() -> None:
         tree = make_tree(20)
-        tree = Tree(tree.catalog, views=[Broken()])
+        tree = build.make_tree(tree.catalog, views=[Broken()])
         node = await lookup(tree, "table.csv")
         with pytest.raises(StorageError, match="different lengths"):
             await node.stat()

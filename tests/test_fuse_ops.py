@@ -59,7 +59,7 @@ from mountd.control import CONTROL_DIR, REUSE
 from mountd.errors import Corrupt, Forbidden, StorageError
 from mountd.fuse_ops import Operations, Owner
 from mountd.inodes import ROOT_INODE
-from mountd.tree import Tree
+from mountd.tree import make_tree
 from mountd.tree.nodes import STREAM_WINDOW
 from mountd.tree.sidecar import XATTR_MAX
 from tests.modelcat import MemoryCatalog, MemoryChunks, dataset, group, strings, table
@@ -241,7 +241,7 @@ class Mount:
         #: seconds), moved by the test alone.
         self.now = 0.0
         self.catalog = CachedCatalog(catalog, ttl=ttl, clock=lambda: self.now)
-        self.tree = Tree(self.catalog, views=VIEWS, ttl=ttl, chunk_cache=self.chunk_cache)
+        self.tree = make_tree(self.catalog, views=VIEWS, ttl=ttl, chunk_cache=self.chunk_cache)
         self.acls = acls
         self.sent: collections.Counter[str] = collections.Counter()
         self.got: collections.Counter[str] = collections.Counter()

@@ -71,7 +71,7 @@ from layouts.views.legend._types import (
     type_json,
 )
 from mountd.cache.metacache import CachedCatalog
-from mountd.tree import Tree
+from mountd.tree import make_tree
 from mountd.tree.nodes import DirNode, FileNode, Node
 from tests import tiers
 from tests.hsds_server import HsdsServer, hsds_node_available
@@ -224,7 +224,7 @@ def test_head_of_a_large_table_reads_only_its_first_chunks() -> None:
     stores = ("d-energy", "d-state", "d-ends", "d-flat")
 
     async def main() -> bytes:
-        node: Node = await Tree(CachedCatalog(catalog, ttl=60), views=VIEWS).root()
+        node: Node = await make_tree(CachedCatalog(catalog, ttl=60), views=VIEWS).root()
         assert isinstance(node, DirNode)
         node = await node.lookup("events.csv")
         assert isinstance(node, FileNode)

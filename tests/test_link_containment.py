@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layouts.model import Domain, Link, LinkKind, ObjectKind
-from mountd.tree import Tree
+from mountd.tree import Tree, make_tree
 from mountd.tree.nodes import DirNode, FileNode, Node, SymlinkNode
 from tests.modelcat import MemoryCatalog, group
 
@@ -98,7 +98,7 @@ async def symlinks(tree: Tree) -> list[tuple[tuple[str, ...], str, SymlinkNode]]
 def test_every_symlink_stays_inside(soft: list[str], external: list[tuple[str, str]],
                                     single: bool) -> None:
     async def main() -> None:
-        tree = Tree(catalog(soft, external, single))
+        tree = make_tree(catalog(soft, external, single))
         domain_top = () if single else tuple(DOMAIN.split("/"))
         seen = await symlinks(tree)
         assert len(seen) >= 2 * (len(soft) + len(external))  # the root's and /g/h's
@@ -123,8 +123,8 @@ def test_dangling_soft_link_is_its_normalised_path() -> None:
     """Soft links that resolve nowhere point where the target would be,
     ``..`` above the root staying at the root, written relative."""
     async def main() -> None:
-        tree = Tree(catalog(["/../../../../../../etc/passwd", "../../../../../etc/passwd",
-                             "a/../../b"], [("/etc/passwd", "/x")], single=False))
+        tree = make_tree(catalog(["/../../../../../../etc/passwd", "../../../../../etc/passwd",
+                                  "a/../../b"], [("/etc/passwd", "/x")], single=False))
         texts = {(w, n): await s.target() for w, n, s in await symlinks(tree)}
         root = tuple(DOMAIN.split("/"))
         assert texts[(root, "s0")] == "etc/passwd"

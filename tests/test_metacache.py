@@ -19,7 +19,7 @@ from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import NotFound
 from mountd.io.local import LocalStore
-from mountd.tree import Tree
+from mountd.tree import make_tree
 from mountd.tree.nodes import DirNode
 
 
@@ -85,7 +85,7 @@ def setup(bucket_dir, ttl: float = 60.0):
 def test_mount_root_reads_nothing(hsds_bucket) -> None:
     async def main() -> None:
         store, _, cached = setup(hsds_bucket.bucket_dir)
-        await Tree(cached).root()
+        await make_tree(cached).root()
         assert sum(store.calls.values()) == 0
     trio.run(main)
 
@@ -94,7 +94,7 @@ def test_mount_root_reads_nothing(hsds_bucket) -> None:
 def test_looking_into_one_group_reads_only_its_objects(hsds_bucket) -> None:
     async def main() -> None:
         store, _, cached = setup(hsds_bucket.bucket_dir)
-        node = await Tree(cached).root()
+        node = await make_tree(cached).root()
         for part in ("home", "admin", "links.h5", "g1"):
             assert isinstance(node, DirNode)
             node = await node.lookup(part)

@@ -28,7 +28,7 @@ from layouts.model import Domain, Group, Link, LinkKind, ObjectKind, ObjectRef, 
 from mountd.cache.metacache import CachedCatalog
 from mountd.io.blockcache import BlockCache
 from mountd.sources import Source
-from mountd.tree import Tree
+from mountd.tree import make_tree
 from tests.test_blockcache import MemoryStore
 
 
@@ -209,7 +209,7 @@ class Linked:
 def test_tree_refresh_drops_the_reference_index() -> None:
     async def main() -> None:
         inner = Linked()
-        tree = Tree(CachedCatalog(inner, ttl=3600), ttl=3600)
+        tree = make_tree(CachedCatalog(inner, ttl=3600), ttl=3600)
         domain = Domain("d", "g-root")
         ref = ObjectRef(obj_id="d-target")
         assert await tree.refs.ref_path(domain, ref) == "/first"

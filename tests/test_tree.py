@@ -32,7 +32,7 @@ from mountd.cache.chunkahead import GridReadahead, ravel, unravel
 from mountd.cache.chunkcache import ChunkCache
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
-from mountd.tree import Tree, meta
+from mountd.tree import Tree, make_tree, meta
 from mountd.tree.groups import GroupDir
 from mountd.tree.names import display_name, escape, unescape
 from mountd.tree.nodes import (
@@ -151,7 +151,7 @@ def test_escape_rules() -> None:
 
 def test_folders_domains_and_root_sidecar() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog())
+        tree = make_tree(make_catalog())
         assert await names(await tree.root()) == ["home"]
         assert await names(await walk(tree, "home/u")) == [
             "f.h5",
@@ -168,7 +168,7 @@ def test_folders_domains_and_root_sidecar() -> None:
 
 def test_group_listing_escapes_and_collisions() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog())
+        tree = make_tree(make_catalog())
         listing = await names(await walk(tree, "home/u/f.h5"))
         long_name = display_name("a" * 300)
         assert "%2E" in listing and "50%25" in listing and long_name in listing
@@ -187,7 +187,7 @@ def test_group_listing_escapes_and_collisions() -> None:
 
 def test_links_become_relative_symlinks() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog())
+        tree = make_tree(make_catalog())
         assert await link_text(tree, "home/u/f.h5/soft") == "g1/dset"
         assert await link_text(tree, "home/u/f.h5/soft.json") == "g1/dset.json"
         assert await link_text(tree, "home/u/f.h5/rel") == "g1/dset"
@@ -205,7 +205,7 @@ def test_links_become_relative_symlinks() -> None:
 
 def test_dataset_chunks_and_sidecar() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog())
+        tree = make_tree(make_catalog())
         listing = await names(await walk(tree, "home/u/f.h5/g1/dset"))
         assert listing == [".zarray", ".zattrs", "0.0", "1.1", "3.2"]
         with pytest.raises(NotFound):
@@ -240,7 +240,7 @@ def test_dataset_chunks_and_sidecar() -> None:
 
 def test_link_to_missing_object_is_an_io_error() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog())
+        tree = make_tree(make_catalog())
         g1 = await walk(tree, "home/u/f.h5/g1")
         assert "lost" in await names(g1)  # listed, like any link
         lost = await walk(tree, "home/u/f.h5/g1/lost")
@@ -251,7 +251,7 @@ def test_link_to_missing_object_is_an_io_error() -> None:
 
 def test_single_domain_root() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog(single="home/u/f.h5"))
+        tree = make_tree(make_catalog(single="home/u/f.h5"))
         listing = await names(await tree.root())
         assert listing[0] == ".root.json" and "g1" in listing
         doc = json.loads(await read_all(await walk(tree, ".root.json")))
@@ -273,7 +273,7 @@ def expected_full(fill: float = -1.0) -> np.ndarray:
 
 def test_npy_view_reads_any_range() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog(), views=[NpyView()])
+        tree = make_tree(make_catalog(), views=[NpyView()])
         listing = await names(await walk(tree, "home/u/f.h5/g1"))
         assert "dset.npy" in listing
         assert await link_text(tree, "home/u/f.h5/soft.npy") == "g1/dset.npy"
@@ -336,8 +336,8 @@ def test_npy_streaming_reads_match_np_save(shape: tuple[int, ...], chunks: tuple
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            tree = Tree(catalog_with(s=ds), views=[NpyView()],
-                        chunk_cache=ChunkCache(64 << 20, nursery))
+            tree = make_tree(catalog_with(s=ds), views=[NpyView()],
+                             chunk_cache=ChunkCache(64 << 20, nursery))
             node = await walk(tree, "s.npy")
             assert isinstance(node, FileNode)
             handle = await node.open()
@@ -355,7 +355,7 @@ def test_npy_streaming_reads_match_np_save(shape: tuple[int, ...], chunks: tuple
 
 def test_zarr_metadata() -> None:
     async def main() -> None:
-        tree = Tree(make_catalog())
+        tree = make_tree(make_catalog())
         zarray = json.loads(await read_all(await walk(tree, "home/u/f.h5/g1/dset/.zarray")))
         assert zarray == {"zarr_format": 2, "shape": [35, 18], "chunks": [10, 8],
                           "dtype": "<f4", "compressor": None, "fill_value": -1.0,
@@ -468,7 +468,7 @@ def test_dataset_listing_streams_200k_chunks() -> None:
         ds = generated_dataset("d-big", (500, 400), (1, 1))
         store = ds.store
         assert isinstance(store, GeneratedChunks)
-        tree = Tree(catalog_with(big=ds))
+        tree = make_tree(catalog_with(big=ds))
         node = await walk(tree, "big")
         assert isinstance(node, DirNode)
         listing = node.open_listing()
@@ -531,7 +531,7 @@ def test_listed_chunks_are_kept_compactly_for_lookups() -> None:
         ds = generated_dataset("d-sparse", (300, 300), (1, 1))
         store = SparseChunks((300, 300))
         ds = dataclasses.replace(ds, store=store)
-        tree = Tree(catalog_with(big=ds))
+        tree = make_tree(catalog_with(big=ds))
         node = await walk(tree, "big")
         assert isinstance(node, DirNode)
         first = [n async for _, n, _, _ in node.open_listing().entries(0)]
@@ -573,7 +573,7 @@ def test_chunk_files_read_in_grid_order_prefetch_ahead() -> None:
         flat = generated_dataset("d-2d", (3, 4), (256, 256))
         async with trio.open_nursery() as nursery:
             cache = RecordingCache(64 << 20, nursery, prefetch_limit=1000)
-            tree = Tree(catalog_with(row=ds, grid=flat), chunk_cache=cache)
+            tree = make_tree(catalog_with(row=ds, grid=flat), chunk_cache=cache)
             asked = []
             for i in [0, 1, 2, 3, 4, 40, 41]:
                 cache.asked.clear()
@@ -634,7 +634,7 @@ def test_npy_prefetches_window_ahead_in_grid_order() -> None:
         expected = np.repeat(expected, 1024, axis=1)
         async with trio.open_nursery() as nursery:
             cache = RecordingCache(256 << 20, nursery, prefetch_limit=10_000)
-            tree = Tree(catalog_with(npy=ds), views=[NpyView()], chunk_cache=cache)
+            tree = make_tree(catalog_with(npy=ds), views=[NpyView()], chunk_cache=cache)
             node = await walk(tree, "npy.npy")
             assert isinstance(node, FileNode)
             opened = await node.open()
@@ -680,7 +680,7 @@ def test_npy_prefetches_window_ahead_in_grid_order() -> None:
 def test_meta_files_render_once_per_object_instance() -> None:
     async def main() -> None:
         catalog = make_catalog()
-        tree = Tree(catalog)
+        tree = make_tree(catalog)
         node = await walk(tree, "home/u/f.h5/g1/dset.json")
         size = (await node.stat()).size
         misses = tree.memo.misses
@@ -706,7 +706,7 @@ def test_small_dataset_rows_are_kept_with_the_object(monkeypatch: pytest.MonkeyP
 
     async def main() -> None:
         catalog = make_catalog()
-        tree = Tree(catalog)
+        tree = make_tree(catalog)
         node = await walk(tree, "home/u/f.h5/g1/dset")
         await rows(node)  # from storage: the chunk list is learnt
         real = meta._render_zattrs
@@ -767,7 +767,7 @@ def test_group_lookups_find_what_the_listing_shows_without_an_index() -> None:
         links.update({f"d{i:05d}": hard("d-x") for i in range(10_000)})
         catalog = make_catalog()
         catalog.objects["g-root"] = group("g-root", **links)
-        tree = Tree(catalog, views=[NpyView()])
+        tree = make_tree(catalog, views=[NpyView()])
         root = await walk(tree, "home/u/f.h5")
         assert isinstance(root, GroupDir)
         grp = catalog.objects["g-root"]
@@ -806,7 +806,7 @@ def test_walking_dataset_dirs_in_order_lists_them_ahead() -> None:
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            tree = Tree(catalog_with(**datasets), chunk_cache=ChunkCache(1 << 20, nursery))
+            tree = make_tree(catalog_with(**datasets), chunk_cache=ChunkCache(1 << 20, nursery))
             started = trio.current_time()
             names = await walk_all(tree)
             elapsed = trio.current_time() - started
@@ -854,7 +854,8 @@ def test_walking_groups_in_order_loads_them_ahead() -> None:
     async def main() -> None:
         slow = SlowCatalog(base, delay)
         async with trio.open_nursery() as nursery:
-            tree = Tree(CachedCatalog(slow, ttl=3600), chunk_cache=ChunkCache(1 << 20, nursery))
+            tree = make_tree(CachedCatalog(slow, ttl=3600),
+                             chunk_cache=ChunkCache(1 << 20, nursery))
             started = trio.current_time()
             count = 0
             async for _, _, node, _ in (await tree.root()).open_listing().entries(0):

@@ -41,7 +41,7 @@ from layouts.views._api import FileView, Reader, ViewContext
 from layouts.views._npy import NpyView
 from layouts.views._stream import StreamedFile, StreamReader
 from mountd.cache.metacache import CachedCatalog
-from mountd.tree import Tree
+from mountd.tree import Tree, build
 from mountd.tree.nodes import DirNode, FileNode, Node, SymlinkNode, listed_stat
 from tests.modelcat import MemoryCatalog, MemoryChunks, dataset, group
 
@@ -187,7 +187,7 @@ class Clock:
 
 def make_tree(clock: Clock, catalog: MemoryCatalog | None = None) -> Tree:
     cached = CachedCatalog(catalog or make_catalog(), ttl=60, clock=clock)
-    return Tree(cached, views=[LinesView(), RowsView(), FailingView()])
+    return build.make_tree(cached, views=[LinesView(), RowsView(), FailingView()])
 
 
 async def walk(tree: Tree, path: str) -> Node:
@@ -389,7 +389,7 @@ def test_registry_is_what_the_daemon_shows() -> None:
     assert any(isinstance(view, NpyView) for view in VIEWS)
 
     async def main() -> None:
-        tree = Tree(CachedCatalog(make_catalog(), ttl=60), views=VIEWS)
+        tree = build.make_tree(CachedCatalog(make_catalog(), ttl=60), views=VIEWS)
         root = await listing(await tree.root())
         assert "grid.npy" in root and "table.npy" not in root
         st = await listed_stat(root["grid.npy"])

@@ -17,8 +17,13 @@ ahead.
 
 One module per concern, each saying what it owns and its concurrency rules:
 
+* ``build``: making a tree (``make_tree``): the views and the root node's
+  maker handed to ``Tree``, made before it;
 * ``core``: ``Tree``, the nodes' shared context: model access, the
-  chunk-cache facade, times, and the wiring of the parts below;
+  chunk-cache facade, times, and the parts below that are not nodes; it
+  imports no node module;
+* ``nodes``: the node kinds (directories, files, symlinks) and their handles;
+* ``names``: how link names become file names;
 * ``paths``: ``ObjPath`` and where entries are in the mount;
 * ``links``: following HDF5 paths and external links;
 * ``refindex``: object references to paths;
@@ -26,11 +31,15 @@ One module per concern, each saying what it owns and its concurrency rules:
 * ``fanout``: bounded concurrent fan-out;
 * ``folders``, ``objdir``, ``groups``, ``datasets``: the directory nodes and
   chunk files;
-* ``meta``: sidecars and Zarr metadata files;
-* ``viewctx`` and ``viewnodes``: the view API's context and the views' nodes.
+* ``meta``: sidecars and Zarr metadata files, rendered from the documents of
+  ``sidecar`` and ``zarrmeta`` (values made JSON by ``jsonvalue``);
+* ``viewctx``, ``viewnodes`` and ``viewsizes``: the view API's context, the
+  views' nodes and the sizes of view files;
+* ``h5view``: the ``D.h5`` view of each domain.
 """
 
+from mountd.tree.build import make_tree
 from mountd.tree.core import Tree
 from mountd.tree.paths import ObjPath
 
-__all__ = ["ObjPath", "Tree"]
+__all__ = ["ObjPath", "Tree", "make_tree"]

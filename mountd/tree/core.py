@@ -5,11 +5,17 @@ Owns ``Tree``, which every node holds: the catalog (objects read through
 I/O), the registered views, the memo of derived values, the times of
 entries, the decoded-chunk cache keyed per ``ttl``-long period (``chunk``,
 ``chunks``, ``prefetch_chunks``) with the readahead of chunk files read in
-grid order, and the page-cache rule of files (``keep_pages``). It wires the
+grid order, and the page-cache rule of files (``keep_pages``). It makes the
 parts that own the rest: where entries are (``places``,
 ``mountd.tree.paths``), link resolution (``links``), object references
 (``refs``), loading ahead (``preload``) and the sizes of view files
 (``view_sizes``).
+
+What depends on the nodes is given to it when it is made, by
+``mountd.tree.build``: the views (the conventions, and the ``D.h5`` images
+``h5views``) and how to make the node at the mount root (``root``). This
+module imports no node module, so the tree's modules import one another
+one way (``tests/test_boundaries.py``).
 
 Concurrency: the memo and the readahead states change only in synchronous
 calls, so tasks may share every node freely. Background work runs in the
@@ -20,7 +26,8 @@ work).
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -34,15 +41,15 @@ from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.io import readahead
 from mountd.tree.fanout import for_each
-from mountd.tree.folders import FolderDir
-from mountd.tree.groups import GroupDir
-from mountd.tree.h5view import H5Views
 from mountd.tree.links import Links
-from mountd.tree.nodes import DirNode
-from mountd.tree.paths import ObjPath, Places, root_path
+from mountd.tree.paths import ObjPath, Places
 from mountd.tree.preload import Preloader
 from mountd.tree.refindex import RefIndex
-from mountd.tree.viewnodes import ViewSizes
+from mountd.tree.viewsizes import ViewSizes
+
+if TYPE_CHECKING:
+    from mountd.tree.h5view import H5Views
+    from mountd.tree.nodes import DirNode
 
 #: Objects loaded per batch (one worker-thread call on local disk) when a group is listed.
 LOAD_BATCH = 256
@@ -54,7 +61,9 @@ class Tree:
     """Shared context of all nodes: the catalog, views, caches and location rules."""
 
     def __init__(self, catalog: Catalog, views: Sequence[View] = (),
-                 ttl: float = 60.0, chunk_cache: ChunkCache | None = None) -> None:
+                 ttl: float = 60.0, chunk_cache: ChunkCache | None = None, *,
+                 root: Callable[[Tree], Awaitable[DirNode]],
+                 h5views: H5Views | None = None) -> None:
         self.catalog = catalog
         self.views = tuple(views)
         #: The views that show an entry ``P<suffix>`` beside the objects they apply to.
@@ -78,7 +87,9 @@ class Tree:
         self.view_sizes = ViewSizes(self.memo, self.all_fresh)
         self._cached = catalog if isinstance(catalog, CachedCatalog) else None
         #: The ``D.h5`` file views, when the mount shows them (``-o h5view``).
-        self.h5views: H5Views | None = None
+        self.h5views = h5views
+        #: Makes the node at the mount root (``mountd.tree.build.mount_root``).
+        self._root = root
 
     # -- model access ---------------------------------------------------
 
@@ -134,14 +145,8 @@ class Tree:
         return obj
 
     async def root(self) -> DirNode:
-        """The node at the mount root."""
-        single = self.catalog.single_domain
-        if single is None:
-            return FolderDir(self, "")
-        domain = await self.catalog.domain(single)
-        if domain is None or domain.root_id is None:
-            raise NotFound(single)
-        return GroupDir(self, root_path(domain), mount_root=True)
+        """The node at the mount root, made as this tree was told (``root``)."""
+        return await self._root(self)
 
     def times(self, op: ObjPath, obj: AnyObject) -> tuple[float, float]:
         """(mtime, ctime) of an object's entries: a domain root uses the domain's."""

@@ -4,7 +4,9 @@ Owns ``H5Views`` (the skeleton images of the mount's domains: planned from
 the tree, built by ``layouts.hdf5._image`` in a worker thread, kept in a
 bounded LRU while every object they were made from is current) and
 ``H5ViewFile``, the node of ``D.h5`` beside a domain's directory, or of
-``.root.h5`` at the root of a mount of one file.
+``.root.h5`` at the root of a mount of one file. ``H5Views`` is made before
+the tree, which holds it (``Tree.h5views``); it holds no tree itself: each
+call is given the tree to check the images against and plan them from.
 
 The plan walks the domain from its root group, breadth first, the way the
 tree shows it: each object is created at the first path that reaches it,
@@ -110,9 +112,8 @@ class _Image:
 class H5Views:
     """The ``D.h5`` images of one mount at ``mountpoint`` (absolute)."""
 
-    def __init__(self, tree: Tree, mountpoint: str, inline: int = DEFAULT_INLINE,
+    def __init__(self, mountpoint: str, inline: int = DEFAULT_INLINE,
                  most_objects: int = DEFAULT_OBJECTS) -> None:
-        self.tree = tree
         self.mountpoint = mountpoint
         self.inline = inline
         self.most_objects = most_objects
@@ -122,33 +123,33 @@ class H5Views:
         self._thread = trio.CapacityLimiter(1)
 
     @classmethod
-    def for_mount(cls, tree: Tree, config: MountConfig) -> H5Views | None:
+    def for_mount(cls, config: MountConfig) -> H5Views | None:
         """The views of a mount as ``config`` says (None: ``-o h5view=off``)."""
         if not config.h5view:
             return None
-        return cls(tree, os.path.abspath(config.mountpoint), config.h5view_inline,
+        return cls(os.path.abspath(config.mountpoint), config.h5view_inline,
                    config.h5view_objects)
 
-    def kept(self, domain: Domain) -> bytes | None:
-        """The image of ``domain`` if everything it came from is current."""
+    def kept(self, tree: Tree, domain: Domain) -> bytes | None:
+        """The image of ``domain`` if everything it came from is current in ``tree``."""
         image = self._images.get(domain.path)
-        if image is None or not self.tree.all_fresh(domain, image.seen):
+        if image is None or not tree.all_fresh(domain, image.seen):
             return None
         self._images.move_to_end(domain.path)
         return image.data
 
-    async def image(self, domain: Domain) -> bytes:
-        """The image of ``domain``: kept, or built now and kept."""
+    async def image(self, tree: Tree, domain: Domain) -> bytes:
+        """The image of ``domain``: kept, or planned from ``tree`` now and kept."""
         key = domain.path
         while (pending := self._building.get(key)) is not None:
             await pending.wait()
-        data = self.kept(domain)
+        data = self.kept(tree, domain)
         if data is not None:
             return data
         done = self._building[key] = trio.Event()
         try:
             started = time.monotonic()
-            planner = _Planner(self, domain)
+            planner = _Planner(self, tree, domain)
             skeleton = await planner.plan()
             planned = time.monotonic()
             async with self._thread:
@@ -175,10 +176,6 @@ class H5Views:
             _, dropped = self._images.popitem(last=False)
             self._used -= dropped.cost
 
-    def location(self, domain: Domain) -> str:
-        """The absolute path of ``domain``'s view in the mount."""
-        return self.path_of(self.tree.places.file_location(root_path(domain), SUFFIX))
-
     def path_of(self, names: tuple[str, ...]) -> str:
         return os.path.join(self.mountpoint, *names)
 
@@ -186,9 +183,9 @@ class H5Views:
 class _Planner:
     """Plans the skeleton of one domain (see the module docstring)."""
 
-    def __init__(self, views: H5Views, domain: Domain) -> None:
+    def __init__(self, views: H5Views, tree: Tree, domain: Domain) -> None:
         self.views = views
-        self.tree = views.tree
+        self.tree = tree
         self.domain = domain
         self.skeleton = Skeleton()
         self.first: dict[str, ObjPlan] = {}
@@ -279,8 +276,9 @@ class _Planner:
             self.skeleton.left_out.append(
                 f"{where}: external link to {link.domain}::{link.target} is not in this mount")
             return
+        location = self.tree.places.file_location(root_path(domain), SUFFIX)
         self.skeleton.links.append(LinkPlan(op.id, name, LinkKind.EXTERNAL, link.target,
-                                            self.views.location(domain)))
+                                            self.views.path_of(location)))
 
     async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan, parent: Group) -> None:
         tj = ds.type.hdf5
@@ -385,11 +383,11 @@ class H5ViewFile(InDomain, FileNode):
 
     async def stat(self) -> Stat:
         domain = await self._domain()
-        return self._stat(domain, len(await self.views.image(domain)))
+        return self._stat(domain, len(await self.views.image(self.tree, domain)))
 
     async def listed(self) -> Stat:
         domain = await self._domain()
-        kept = self.views.kept(domain)
+        kept = self.views.kept(self.tree, domain)
         if kept is None:
             return self._stat(domain, 0, exact=False)
         return self._stat(domain, len(kept))
@@ -398,8 +396,8 @@ class H5ViewFile(InDomain, FileNode):
         """A file built only now is read past the page cache: the kernel may
         hold a stand-in size from a listing."""
         domain = await self._domain()
-        kept = self.views.kept(domain)
-        data = kept if kept is not None else await self.views.image(domain)
+        kept = self.views.kept(self.tree, domain)
+        data = kept if kept is not None else await self.views.image(self.tree, domain)
 
         async def load() -> bytes:
             return data

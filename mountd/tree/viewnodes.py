@@ -1,7 +1,7 @@
 """The nodes of views: the ``P<suffix>`` files conventions show.
 
-Owns ``ViewFileNode`` (a view's file beside an object), the handle of an
-open view file, and ``ViewSizes``, which keeps the sizes views compute.
+Owns ``ViewFileNode`` (a view's file beside an object) and the handle of an
+open view file; ``mountd.tree.viewsizes`` keeps the sizes views compute.
 
 Every operation reads the object afresh, makes a context for it
 (``mountd.tree.viewctx``) and asks the view whether it still applies: an
@@ -17,23 +17,17 @@ stand-in (``exact`` False: the kernel keeps it for no time, so the next
 objects a size was derived from. An ``open`` that had to size the file
 bypasses the page cache (``direct_io``): the kernel may hold a stand-in.
 
-Concurrency: nodes are immutable. One size computation per entry runs at a
-time: ``ViewSizes`` keeps an event per entry being sized, registered with no
-``await`` between the check and the insert; others wait for it and then
-read the kept size (or compute it themselves if it failed).
+Concurrency: nodes are immutable; one size computation per entry runs at a
+time (``mountd.tree.viewsizes``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
-import trio
-
-from layouts.model import AnyObject, Domain
-from layouts.views import FileView, Reader, ViewFile
-from mountd.cache.memo import Memo
+from layouts.views import FileView, Reader
 from mountd.errors import StorageError
 from mountd.tree.nodes import (
     FileHandle,
@@ -46,44 +40,6 @@ from mountd.tree.viewctx import ObjectContext
 
 if TYPE_CHECKING:
     from mountd.tree.core import Tree
-
-#: Rough bytes one object a kept size depends on costs in the memo.
-_SEEN_BYTES = 64
-
-AllFresh = Callable[[Domain, Sequence[tuple[str, AnyObject]] | None], bool]
-
-
-class ViewSizes:
-    """The sizes of view files, computed once and kept while current."""
-
-    def __init__(self, memo: Memo, all_fresh: AllFresh) -> None:
-        self._memo = memo
-        self._all_fresh = all_fresh
-        self._sizing: dict[Hashable, trio.Event] = {}
-
-    def kept(self, key: Hashable, ctx: ObjectContext) -> int | None:
-        """The size kept under ``key``, if everything it came from is current."""
-        kept: tuple[int, list[tuple[str, AnyObject]]] | None = self._memo.get(key, ctx.obj)
-        if kept is None or not self._all_fresh(ctx.op.domain, kept[1]):
-            return None
-        return kept[0]
-
-    async def size(self, key: Hashable, ctx: ObjectContext, file: ViewFile) -> int:
-        """The exact size of ``file``: kept, or computed now and kept."""
-        while (pending := self._sizing.get(key)) is not None:
-            await pending.wait()
-        size = self.kept(key, ctx)
-        if size is not None:
-            return size
-        done = self._sizing[key] = trio.Event()
-        try:
-            size = await file.size(ctx)
-            seen = list(ctx.seen)
-            self._memo.put(key, (size, seen), 16 + _SEEN_BYTES * len(seen), ctx.obj)
-        finally:
-            del self._sizing[key]
-            done.set()
-        return size
 
 
 class ViewHandle(FileHandle):
