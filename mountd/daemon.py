@@ -41,6 +41,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -319,16 +320,27 @@ def acl_policy(config: MountConfig) -> AclPolicy | None:
 
 
 async def _serve(config: MountConfig, source: Source, ready: Callable[[], None]) -> None:
+    """Make the mount's parts, each once and before the parts that use it (the
+    chunk cache, the catalog, the ``D.h5`` views, the tree, its root node, the
+    operations and their control directory), then mount and serve."""
     keep_freed_memory()
     tune_gc()
     cache = ChunkCache(config.chunk_cache)
     catalog = CachedCatalog(source.catalog, ttl=config.metadata_ttl)
     tree = make_tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
                      h5views=H5Views.for_mount(config))
+    started, started_monotonic = time.time(), time.monotonic()
+
+    def reporter(ops: Operations) -> stats.Reporter:
+        """The documents of this mount, read from ``ops``: made for the control
+        directory as the operations are made, and for each write of the stats
+        file; a reporter keeps no state but the start times, which they share."""
+        return stats.Reporter(config, ops, tree, catalog, source.block_cache,
+                              started=started, started_monotonic=started_monotonic)
+
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
-                     acls=acl_policy(config))
-    reporter = stats.Reporter(config, ops, tree, catalog, source.block_cache)
-    ops.control = reporter.control_dir()
+                     acls=acl_policy(config),
+                     control=lambda served: reporter(served).control_dir())
     try:
         pyfuse3.init(ops, config.mountpoint, config.fuse_options())
     except RuntimeError as exc:
@@ -338,7 +350,7 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
 
     def report() -> None:
         if config.stats_file:
-            stats.write(config.stats_file, reporter.figures())
+            stats.write(config.stats_file, reporter(ops).figures())
 
     async def refresh() -> None:
         await source.refresh()

@@ -1,6 +1,8 @@
 """pyfuse3 operations over the tree: the only place errors become errno.
 
-Owns the inode table and the open file and directory handles. Each handler
+Owns the inode table, the open file and directory handles, and the control
+directory (``mountd.control``), made with the operations by a maker the
+daemon gives them (it shows their counters). Each handler
 looks up a node, awaits it, and maps the outcome to pyfuse3 types: NotFound
 becomes ENOENT, Forbidden EACCES, StorageError (logged once per key) EIO,
 and anything unexpected EIO with a traceback in the log. Every modifying
@@ -147,11 +149,10 @@ class Operations(pyfuse3.Operations):
     enable_writeback_cache = False
 
     def __init__(self, root: DirNode, owner: Owner, ttl: float,
-                 acls: AclPolicy | None = None, control: DirNode | None = None) -> None:
+                 acls: AclPolicy | None = None,
+                 control: Callable[[Operations], DirNode] | None = None) -> None:
         super().__init__()
         self.inodes = InodeTable(root)
-        #: The control directory, found by name at the root and in no listing.
-        self.control = control
         self.owner = owner
         self.ttl = ttl
         #: ``-o hsds_acls``: who may read each domain, decided per request.
@@ -181,6 +182,9 @@ class Operations(pyfuse3.Operations):
         self.clock = trio.lowlevel.current_clock().current_time
         #: Set by ``drain``: new requests fail with EIO.
         self.draining = False
+        #: The control directory, found by name at the root and in no listing:
+        #: made by ``control`` over these operations, once they are complete.
+        self.control = None if control is None else control(self)
 
     @property
     def open_files(self) -> int:

@@ -60,7 +60,7 @@ from mountd.errors import Corrupt, Forbidden, StorageError
 from mountd.fuse_ops import Operations, Owner
 from mountd.inodes import ROOT_INODE
 from mountd.tree import make_tree
-from mountd.tree.nodes import STREAM_WINDOW
+from mountd.tree.nodes import STREAM_WINDOW, DirNode
 from mountd.tree.sidecar import XATTR_MAX
 from tests.modelcat import MemoryCatalog, MemoryChunks, dataset, group, strings, table
 
@@ -249,11 +249,12 @@ class Mount:
 
     async def start(self) -> Mount:
         """Build ``Operations`` and the control directory as ``daemon._serve`` does."""
-        ops = Operations(await self.tree.root(), OWNER, ttl=self.config.metadata_ttl,
-                         acls=self.acls)
-        reporter = stats.Reporter(self.config, ops, self.tree, self.catalog, None)
-        ops.control = reporter.control_dir(clock=lambda: self.now)
-        self._ops = ops
+        def control(ops: Operations) -> DirNode:
+            reporter = stats.Reporter(self.config, ops, self.tree, self.catalog, None)
+            return reporter.control_dir(clock=lambda: self.now)
+
+        self._ops = Operations(await self.tree.root(), OWNER, ttl=self.config.metadata_ttl,
+                               acls=self.acls, control=control)
         return self
 
     @property
