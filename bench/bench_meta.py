@@ -49,7 +49,6 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import signal
 import statistics
 import subprocess
@@ -70,7 +69,6 @@ from bench import bench_npy, scaledata
 from bench.bench_npy import BenchError, Case, CpuWatch, NotAvailable, drop_caches_noted
 from bench.bench_s3 import vm_hwm_mib
 from bench.s3report import table
-from tests import mounting
 
 log = logging.getLogger("bench.bench_meta")
 
@@ -746,12 +744,7 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
             bench_npy.write_doc(args.doc, section, SECTION_START, SECTION_END)
         return 0
     finally:
-        for sub in (H5MOUNT_DIR, MEMDIR_DIR):
-            mounting.unmount(workdir / sub)
-        if any(mounting.is_mounted(workdir / sub) for sub in (H5MOUNT_DIR, MEMDIR_DIR)):
-            log.error("a mount under %s is still there; workdir kept", workdir)
-        elif not args.keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        bench_npy.release_workdir(workdir, H5MOUNT_DIR, MEMDIR_DIR, keep=args.keep_workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

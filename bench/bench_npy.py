@@ -1162,12 +1162,14 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def release_workdir(workdir: Path, mount: str, keep: bool = False) -> None:
-    """Unmount ``workdir/mount`` and remove ``workdir``, unless ``keep`` or the
+def release_workdir(workdir: Path, *mounts: str, keep: bool = False) -> None:
+    """Unmount each ``workdir/mount`` and remove ``workdir``, unless ``keep`` or a
     mount is still there (then its files stay for a look)."""
-    mounting.unmount(workdir / mount)
-    if mounting.is_mounted(workdir / mount):
-        log.error("%s is still mounted; workdir kept", workdir / mount)
+    for mount in mounts:
+        mounting.unmount(workdir / mount)
+    still = [workdir / mount for mount in mounts if mounting.is_mounted(workdir / mount)]
+    if still:
+        log.error("%s still mounted; workdir kept", ", ".join(map(str, still)))
     elif not keep:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -68,7 +68,6 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import signal
 import statistics
 import sys
@@ -84,7 +83,6 @@ from bench.bench_meta import MAX_OTHER, CommandTimeout, MetaCase, daemon_figures
 from bench.bench_npy import BenchError, CpuWatch, drop_caches_noted
 from bench.s3report import machine_facts, table
 from mountd.config import MountConfig, apply_options
-from tests import mounting
 from tests.hsds_server import HsdsServer
 from tests.moto_server import MotoServer
 
@@ -841,12 +839,7 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
             bench_npy.write_doc(args.doc, section, SECTION_START, SECTION_END)
         return 0
     finally:
-        for sub in (H5MOUNT_DIR, MEMTREE_DIR):
-            mounting.unmount(workdir / sub)
-        if any(mounting.is_mounted(workdir / sub) for sub in (H5MOUNT_DIR, MEMTREE_DIR)):
-            log.error("a mount under %s is still there; workdir kept", workdir)
-        elif not args.keep_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
+        bench_npy.release_workdir(workdir, H5MOUNT_DIR, MEMTREE_DIR, keep=args.keep_workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

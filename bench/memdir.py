@@ -31,42 +31,33 @@ Run ``python -m bench.memdir MOUNTPOINT --entries N [--shape group|chunks]
 from __future__ import annotations
 
 import argparse
-import collections
 import errno
 import logging
-import os
 import re
 import stat
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import pyfuse3
 
-from bench.memfs import Served, serve_until_unmounted
+from bench.memfs import TIMEOUT, TreePeer, serve_until_unmounted
 
 log = logging.getLogger("bench.memdir")
 
 DIR_NAME = b"dir"
 DIR_INODE = pyfuse3.ROOT_INODE + 1
 FIRST_ENTRY_INODE = DIR_INODE + 1
-#: h5mount's default ``metadata_ttl``.
-TIMEOUT = 60.0
 SHAPES = ("group", "chunks")
 #: (suffix, is a directory, size) of the three entries of one link, in listing order.
 GROUP_KINDS = ((b"", True, 0), (b".json", False, 300), (b".npy", False, 144))
 CHUNK_SIZE = 4
-XATTR_NAMESPACE = b"user."
 _GROUP_NAME = re.compile(rb"d(\d{6})(|\.json|\.npy)")
 _CHUNK_NAME = re.compile(rb"0|[1-9]\d*")
 _KIND_OF_SUFFIX = {suffix: kind for kind, (suffix, _, _) in enumerate(GROUP_KINDS)}
 
 
-class MemDir(Served):
+class MemDir(TreePeer):
     """Root with ``dir/``, whose entries are computed from their position."""
-
-    supports_dot_lookup = False
-    enable_writeback_cache = False
 
     def __init__(self, entries: int, shape: str) -> None:
         super().__init__()
@@ -75,10 +66,6 @@ class MemDir(Served):
         self.links = entries
         self.shape = shape
         self.total = 3 * entries if shape == "group" else entries
-        self.requests: collections.Counter[str] = collections.Counter()
-        self.readdir_entries = 0
-        self._uid = os.getuid()
-        self._gid = os.getgid()
         self._time_ns = time.time_ns()
 
     # -- the tree -------------------------------------------------------
@@ -139,14 +126,6 @@ class MemDir(Served):
             return self._attrs(self._position(name) + FIRST_ENTRY_INODE)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
-    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        self.requests["forget"] += 1
-
-    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext
-                      ) -> pyfuse3.EntryAttributes:
-        self.requests["getattr"] += 1
-        return self._attrs(inode)
-
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         self.requests["opendir"] += 1
         if not self._is_dir(inode):
@@ -167,27 +146,6 @@ class MemDir(Served):
             if not pyfuse3.readdir_reply(token, self._name(pos), self._attrs(inode), pos + 1):
                 break
             self.readdir_entries += 1
-
-    async def releasedir(self, fh: int) -> None:
-        self.requests["releasedir"] += 1
-
-    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        self.requests["getxattr"] += 1
-        if not name.startswith(XATTR_NAMESPACE):
-            raise pyfuse3.FUSEError(errno.ENOTSUP)
-        raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-
-    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        self.requests["listxattr"] += 1
-        return []
-
-    def stats(self) -> dict[str, object]:
-        """Requests seen so far by type, and the entries ``readdir`` handed to the kernel."""
-        return {
-            "requests": dict(sorted(self.requests.items())),
-            "total": sum(self.requests.values()),
-            "readdir_entries": self.readdir_entries,
-        }
 
 
 def serve(mountpoint: Path, entries: int, shape: str, stats_file: Path | None) -> None:

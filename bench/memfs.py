@@ -24,6 +24,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyfuse3
@@ -41,6 +42,63 @@ class Served(pyfuse3.Operations):
 
     def stats(self) -> dict[str, object]:
         raise NotImplementedError
+
+
+#: h5mount's default ``metadata_ttl``: the entry and attribute timeouts of the tree peers.
+TIMEOUT = 60.0
+#: The one xattr namespace h5mount answers in (ENOTSUP outside it).
+XATTR_NAMESPACE = b"user."
+
+
+class TreePeer(Served):
+    """What the read-only tree peers (``bench.memtree``, ``bench.memdir``) share:
+    request counts by type and of the entries ``readdir`` handed over, the
+    owner of every entry, ``getattr`` through ``_attrs``, ``forget`` and
+    ``releasedir`` that only count (inodes are fixed), and xattrs answered as
+    h5mount answers them (ENOTSUP outside ``user.``, else ENODATA; none listed).
+    Its handlers await nothing, so the counters need no lock."""
+
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: collections.Counter[str] = collections.Counter()
+        self.readdir_entries = 0
+        self._uid = os.getuid()
+        self._gid = os.getgid()
+
+    def _attrs(self, inode: int) -> pyfuse3.EntryAttributes:
+        raise NotImplementedError
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        self.requests["forget"] += 1
+
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext
+                      ) -> pyfuse3.EntryAttributes:
+        self.requests["getattr"] += 1
+        return self._attrs(inode)
+
+    async def releasedir(self, fh: int) -> None:
+        self.requests["releasedir"] += 1
+
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        self.requests["getxattr"] += 1
+        if not name.startswith(XATTR_NAMESPACE):
+            raise pyfuse3.FUSEError(errno.ENOTSUP)
+        raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
+        self.requests["listxattr"] += 1
+        return []
+
+    def stats(self) -> dict[str, object]:
+        """Requests seen so far by type, and the entries ``readdir`` handed to the kernel."""
+        return {
+            "requests": dict(sorted(self.requests.items())),
+            "total": sum(self.requests.values()),
+            "readdir_entries": self.readdir_entries,
+        }
 
 
 class MemFS(Served):

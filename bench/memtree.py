@@ -39,19 +39,15 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyfuse3
 
-from bench.memfs import Served, serve_until_unmounted
+from bench.memfs import TIMEOUT, TreePeer, serve_until_unmounted
 
 log = logging.getLogger("bench.memtree")
 
-#: h5mount's default ``metadata_ttl``.
-TIMEOUT = 60.0
-XATTR_NAMESPACE = b"user."
 SNAPSHOT_VERSION = 1
 #: Inode of entry 0 of a snapshot (its top directory); entry ``i`` is ``FIRST_INODE + i``.
 FIRST_INODE = pyfuse3.ROOT_INODE + 1
@@ -138,11 +134,8 @@ def load(path: Path) -> Snapshot:
     return Snapshot(doc["source"], entries)
 
 
-class MemTree(Served):
+class MemTree(TreePeer):
     """Serves one snapshot under the mount's root, from memory."""
-
-    supports_dot_lookup = False
-    enable_writeback_cache = False
 
     def __init__(self, snapshot: Snapshot) -> None:
         super().__init__()
@@ -150,10 +143,6 @@ class MemTree(Served):
         self.names: dict[int, dict[bytes, int]] = {
             i: {self.entries[c].name: c for c in e.children}
             for i, e in enumerate(self.entries) if stat.S_ISDIR(e.mode)}
-        self.requests: collections.Counter[str] = collections.Counter()
-        self.readdir_entries = 0
-        self._uid = os.getuid()
-        self._gid = os.getgid()
         top = self.entries[0]
         self._root = Entry(-1, b"", top.mode, 0, top.mtime_ns, 3, None, [0])
 
@@ -201,14 +190,6 @@ class MemTree(Served):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return self._attrs(found + FIRST_INODE)
 
-    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        self.requests["forget"] += 1
-
-    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext
-                      ) -> pyfuse3.EntryAttributes:
-        self.requests["getattr"] += 1
-        return self._attrs(inode)
-
     async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
         self.requests["readlink"] += 1
         target = self._get(inode).target
@@ -230,27 +211,6 @@ class MemTree(Served):
                                          self._attrs(index + FIRST_INODE), pos + 1):
                 break
             self.readdir_entries += 1
-
-    async def releasedir(self, fh: int) -> None:
-        self.requests["releasedir"] += 1
-
-    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
-        self.requests["getxattr"] += 1
-        if not name.startswith(XATTR_NAMESPACE):
-            raise pyfuse3.FUSEError(errno.ENOTSUP)
-        raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-
-    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
-        self.requests["listxattr"] += 1
-        return []
-
-    def stats(self) -> dict[str, object]:
-        """Requests seen so far by type, and the entries ``readdir`` handed to the kernel."""
-        return {
-            "requests": dict(sorted(self.requests.items())),
-            "total": sum(self.requests.values()),
-            "readdir_entries": self.readdir_entries,
-        }
 
 
 def serve(mountpoint: Path, snapshot_file: Path, stats_file: Path | None) -> None:
