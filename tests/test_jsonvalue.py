@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from layouts.formats.hsds import _json as storedjson
 from layouts.hdf5._types import parsed_type
+from layouts.model import ObjectRef
 from mountd.tree import jsonvalue
 
 
@@ -41,3 +43,16 @@ def test_parsed_type_is_shared_between_equal_type_json() -> None:
     assert again is first
     assert first[1].dtype.str == ">i4"
     assert parsed_type({"class": "H5T_INTEGER", "base": "H5T_STD_U8LE"})[1].dtype.str == "|u1"
+
+
+def test_find_refs_finds_references_at_any_depth() -> None:
+    a, b, c, d = (ObjectRef(obj_id=f"g-{n}") for n in "abcd")
+    objects = np.empty(2, dtype=object)
+    objects[:] = [c, "text"]
+    value = {"x": [1, "s", {"y": (a, 2.5)}], "z": b, "arr": objects, "deep": [[[d]]]}
+    assert sorted(r.obj_id or "" for r in jsonvalue.find_refs(value)) == \
+        ["g-a", "g-b", "g-c", "g-d"]
+    assert jsonvalue.find_refs({"a": [1, 2.0, None, True, b"x", np.float64(1.5)]}) == []
+    refs = {a: "/target"}
+    assert jsonvalue.jsonable({"k": [a, 1, np.int64(3), float("nan")]}, refs) == \
+        {"k": [{"$ref": "/target"}, 1, 3, "NaN"]}

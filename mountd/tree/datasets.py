@@ -113,6 +113,10 @@ class DatasetDir(ObjectDir):
         await self.tree.preload.finished(self.op.key)
         own = [Row(name, node) for name, node in self._own_files(ds).items()]
         known = self._known_chunks(ds)
+        if known is None and ds.store.listing_ready():
+            # Listing it costs no round trip: a small one is then listed whole.
+            await self._list_small(ds)
+            known = self._known_chunks(ds)
         if known is not None and len(own) + len(known) <= STREAM_BATCH:
             return await self._small_rows(ds, own, known)
         return None

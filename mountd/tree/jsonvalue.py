@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -55,15 +55,27 @@ def _numpy(value: np.ndarray | np.generic, refs: Mapping[ObjectRef, str | None])
     return jsonable(value.tolist(), refs)
 
 
+#: Types whose values are already JSON-safe as they are (``bool`` is an ``int``).
+_PLAIN = frozenset({str, int, bool, type(None)})
+_NO_REFS: Mapping[ObjectRef, str | None] = {}
+
+
 def jsonable(value: Any, refs: Mapping[ObjectRef, str | None] | None = None) -> Any:
     """``value`` as plain JSON-safe Python (see module docstring)."""
-    refs = refs or {}
-    if value is None or isinstance(value, bool | str):
+    if refs is None:
+        refs = _NO_REFS
+    kind = type(value)
+    if kind in _PLAIN:
         return value
-    if type(value) is dict:  # the common case first: no ABC check
-        return {str(k): jsonable(v, refs) for k, v in value.items()}
-    if type(value) is list:
-        return [jsonable(v, refs) for v in value]
+    # Containers first, without a call per plain member: a walk renders the
+    # sidecar and .zattrs of every dataset it lists.
+    if kind is dict:
+        return {k if type(k) is str else str(k): v if type(v) in _PLAIN else jsonable(v, refs)
+                for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _PLAIN else jsonable(v, refs) for v in value]
+    if isinstance(value, bool | str):
+        return value
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -106,18 +118,31 @@ def encode_indented(plain: Any) -> bytes:
         return text.encode("utf-8", "surrogateescape")
 
 
-def iter_refs(value: Any) -> Iterator[ObjectRef]:
-    """Every ``ObjectRef`` inside a model value, so a caller can resolve them first."""
-    if value is None or isinstance(value, str | int | float | bytes):
+def find_refs(value: Any) -> list[ObjectRef]:
+    """Every ``ObjectRef`` inside a model value, so a caller can resolve them
+    first (a list, not a generator: most values hold none, and this runs for
+    the attributes of every object a walk lists)."""
+    found: list[ObjectRef] = []
+    _add_refs(value, found)
+    return found
+
+
+def _add_refs(value: Any, found: list[ObjectRef]) -> None:
+    kind = type(value)
+    if kind in _PLAIN or kind is float or kind is bytes:
         return
-    if isinstance(value, ObjectRef):
-        yield value
+    if kind is dict or kind is list or kind is tuple:
+        for v in value.values() if kind is dict else value:
+            if type(v) not in _PLAIN:
+                _add_refs(v, found)
+    elif isinstance(value, ObjectRef):
+        found.append(value)
     elif isinstance(value, Mapping):
         for v in value.values():
-            yield from iter_refs(v)
+            _add_refs(v, found)
     elif isinstance(value, list | tuple):
         for v in value:
-            yield from iter_refs(v)
+            _add_refs(v, found)
     elif isinstance(value, np.ndarray) and value.dtype == object:
         for v in value.flat:
-            yield from iter_refs(v)
+            _add_refs(v, found)

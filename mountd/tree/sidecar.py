@@ -33,7 +33,7 @@ async def resolved_jsonable(value: Any, resolve: RefResolver,
     references (attribute values, say), so the rest is not searched.
     """
     scan = [value] if holding_refs is None else holding_refs
-    refs = {ref: await resolve(ref) for part in scan for ref in set(jsonvalue.iter_refs(part))}
+    refs = {ref: await resolve(ref) for part in scan for ref in set(jsonvalue.find_refs(part))}
     return jsonvalue.jsonable(value, refs)
 
 
