@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.mount, pytest.mark.server,
 #: A value no redaction may leave anywhere, made fresh for each run.
 SECRETS = {name: f"{name}{secrets.token_hex(12)}" for name in (
     "AKIAKEYID", "sigv4", "ststoken", "refsig", "azuresig", "googsig", "plaintoken",
-    "password", "failsig")}
+    "password", "metasig", "failsig")}
 
 
 def aws_query(signature: str, *, token: str | None = None) -> str:
@@ -77,7 +77,7 @@ def write_h5(path: Path) -> None:
 def presigned_refs(h5: Path, server: RangeHttpServer) -> dict[str, Any]:
     """kerchunk's refs of ``h5``, its byte ranges pointed at presigned URLs, plus
     datasets whose refs fail: a missing file, a truncated range, credentials in
-    the URL, and an external array whose file is gone."""
+    the URL, an external array whose file is gone, and metadata that is gone."""
     kerchunk_hdf = pytest.importorskip("kerchunk.hdf")
     doc: dict[str, Any] = kerchunk_hdf.SingleHdf5ToZarr(str(h5), inline_threshold=0).translate()
     refs: dict[str, Any] = doc["refs"]
@@ -98,6 +98,9 @@ def presigned_refs(h5: Path, server: RangeHttpServer) -> dict[str, Any]:
                           0, 600])
     like_flat("truncated", [f"{data}?sv=2022-11-02&sr=b&sp=r&se=2099-01-01&"
                             f"sig={SECRETS['azuresig']}", size - 10, 600])
+    refs["meta_gone/.zattrs"] = "{}"
+    refs["meta_gone/.zarray"] = [f"{server.url_for('meta.json')}?{aws_query(SECRETS['metasig'])}",
+                                 0, 200]
     like_flat("userinfo", [f"http://alice:{SECRETS['password']}@{data.split('://', 1)[1]}",
                            0, 600])
 
@@ -135,23 +138,19 @@ def assert_clean(where: str, text: str | bytes) -> None:
 
 def read_everything(mp: Path) -> dict[str, int]:
     """Every file, symlink and xattr under ``mp`` checked for secrets; the errno of
-    each file that cannot be read, by path."""
+    each file or directory that cannot be read, by path."""
     failed: dict[str, int] = {}
     for top, dirs, files in os.walk(mp):
-        for name in dirs:
+        for name in [*dirs, *files]:
             path = Path(top, name)
-            if path.is_symlink():
-                assert_clean(str(path), os.readlink(path))
-                continue
-            for attr in os.listxattr(path):
-                assert_clean(f"{path} {attr}", os.getxattr(path, attr))
-        for name in files:
-            path = Path(top, name)
-            if path.is_symlink():
-                assert_clean(str(path), os.readlink(path))
-                continue
             try:
-                assert_clean(str(path), path.read_bytes())
+                if path.is_symlink():
+                    assert_clean(str(path), os.readlink(path))
+                elif name in dirs:
+                    for attr in os.listxattr(path):
+                        assert_clean(f"{path} {attr}", os.getxattr(path, attr))
+                else:
+                    assert_clean(str(path), path.read_bytes())
             except OSError as exc:
                 assert_clean(f"the error reading {path}", str(exc))
                 failed[str(path.relative_to(mp))] = exc.errno or 0
@@ -173,6 +172,11 @@ def test_presigned_urls_are_read_in_full_and_shown_redacted(site: Site, tmp_path
         assert {failed.get(f"{name}/0") for name in ("missing", "truncated", "userinfo")} \
             == {errno.EIO}, failed
         assert failed.get("gone.npy") == errno.EIO, failed
+        assert failed.get("meta_gone") == failed.get("meta_gone.json") == errno.EIO, failed
+        with h5py.File(mp / ".root.h5", "r") as view:
+            left_out = [str(line) for line in view.attrs["h5mount_left_out"]]
+        assert any(line.startswith("/meta_gone: cannot be read") and
+                   f"X-Amz-Signature={MASK}" in line for line in left_out), left_out
         with open("/proc/mounts") as mounts:
             line = next(line for line in mounts if str(mp) in line.split()[1])
         assert "refs.json?" in line

@@ -11,18 +11,22 @@ log filter (a third-party record and a traceback), ``fsname``, sidecar links.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 
 import httpx
+import numpy as np
 import pytest
+import trio
 
 from layouts.errors import NotFound, SourceError, StorageError
-from layouts.model import Group, Link, LinkKind
+from layouts.model import Attribute, Group, Link, LinkKind, ObjectRef
 from layouts.redact import MASK, redact, secret_name
 from mountd import logsafe
 from mountd.config import MountConfig
-from mountd.tree.sidecar import stored_links
+from mountd.tree.sidecar import sidecar_document, stored_links
+from tests import modelcat
 
 M = MASK
 
@@ -165,5 +169,22 @@ def test_sidecar_links_and_storage_descriptions_are_redacted() -> None:
     links = stored_links(group)
     assert links["ext"] == {"kind": "external", "domain": f"https://h/f.h5?token={M}",
                             "path": "/data"}
-    assert logsafe.redact_strings({"layout": {"file_uri": "https://u:s3cr3t@h/f", "n": [1, "a"]}}) \
-        == {"layout": {"file_uri": f"https://u:{M}@h/f", "n": [1, "a"]}}
+    assert logsafe.redact_strings({"layout": {"file_uri": "https://u:s3cr3t@h/f", "n": (1, "a")}}) \
+        == {"layout": {"file_uri": f"https://u:{M}@h/f", "n": (1, "a")}}
+
+
+async def no_refs(ref: ObjectRef) -> str | None:
+    return None
+
+
+def test_a_sidecar_shows_storage_urls_redacted_and_attributes_as_stored() -> None:
+    layout = {"class": "H5D_CONTIGUOUS_REF", "file_uri": "https://h/f.h5?X-Amz-Signature=s3cr3t",
+              "offset": 8, "size": 64}
+    rows = np.zeros(4, np.dtype([("a", "<i4")]))
+    content = "https://h/f.h5?token=part-of-the-data"
+    ds = dataclasses.replace(modelcat.table("d-1", rows, 2), hdf5={"layout": layout},
+                             attrs=(Attribute("source", content),))
+    doc = trio.run(sidecar_document, ds, "/t", None, no_refs)
+    assert doc["hdf5"] == {"layout": {**layout, "file_uri":
+                                      f"https://h/f.h5?X-Amz-Signature={M}"}}
+    assert doc["attributes"] == {"source": content}
