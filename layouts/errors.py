@@ -11,6 +11,11 @@ a source cannot be mounted at all (raised before mounting). ``FormatError``
 is not one of them: it is raised inside a format, where the storage key is
 not known, and the caller turns it into ``Corrupt`` naming the key.
 
+Messages never show a URL's secrets: ``str()`` of a ``LayoutError`` is its
+message masked by ``layouts.redact`` (the stores raise them with whole URLs,
+which their ``key`` keeps), so a message is safe wherever it ends up: a log
+line, stderr, the ``h5mount_left_out`` of a ``D.h5``.
+
 ``report_once`` logs an error the first time a given key fails, so one broken
 object does not flood the log when the kernel retries it; ``report_unexpected``
 does the same for exceptions that are bugs (with their traceback). The keys
@@ -26,11 +31,17 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
+from layouts.redact import redact
+
 log = logging.getLogger(__name__)
 
 
 class LayoutError(Exception):
-    """Base class for every error h5mount raises on purpose."""
+    """Base class for every error h5mount raises on purpose; its message is
+    shown with the secrets of URLs masked."""
+
+    def __str__(self) -> str:
+        return redact(super().__str__())
 
 
 class NotFound(LayoutError):
@@ -86,7 +97,7 @@ def first_report(key: str) -> bool:
 def report_once(err: StorageError) -> None:
     """Log ``err`` unless an error for the same key was logged before."""
     if first_report(err.key):
-        log.error("cannot read %s: %s", err.key, err.reason)
+        log.error("cannot read %s", err)
 
 
 def report_unexpected(where: str, exc: BaseException) -> None:

@@ -34,6 +34,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from layouts.storage import DEFAULT_MAX_METADATA
+from mountd import logsafe
 
 #: ``-o log_level=`` values, as ``--log-level`` takes them.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -353,9 +354,10 @@ class MountConfig:
              "takes about 15K of memory per object")
 
     def fuse_options(self) -> set[str]:
-        """Options for ``pyfuse3.init``: always read-only, with kernel permission checks."""
+        """Options for ``pyfuse3.init``: always read-only, with kernel permission checks.
+        ``fsname``, which ``/proc/mounts`` shows to every user, has its secrets masked."""
         opts = {"ro", "default_permissions", "subtype=h5mount",
-                f"fsname={self.fsname or self.source}"}
+                f"fsname={logsafe.redact(self.fsname or self.source)}"}
         if self.allow_other:
             opts.add("allow_other")
         if self.auto_unmount:

@@ -361,9 +361,9 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
         await trio.to_thread.run_sync(_invalidate_attributes, ops.inodes.numbers())
 
     def status() -> str:
-        text = (f"serving {config.source}: {len(ops.inodes)} inodes, {len(catalog)} objects "
-                f"cached; chunk cache {cache.used >> 20} of {cache.budget >> 20} MiB, "
-                f"{cache.hits} hits, {cache.misses} misses")
+        text = (f"serving {logsafe.redact(config.source)}: {len(ops.inodes)} inodes, "
+                f"{len(catalog)} objects cached; chunk cache {cache.used >> 20} of "
+                f"{cache.budget >> 20} MiB, {cache.hits} hits, {cache.misses} misses")
         if source.block_cache is not None:
             blocks = source.block_cache.stats
             text += f"; block cache {blocks.hits} hits, {blocks.misses} misses"
@@ -397,7 +397,7 @@ def run(config: MountConfig) -> int:
         check_mountpoint(config.mountpoint)
         check_fuse()
     except StartError as exc:
-        print(f"h5mount: {exc}", file=sys.stderr)
+        print(f"h5mount: {logsafe.redact(str(exc))}", file=sys.stderr)
         return 1
     if config.foreground:
         return _run_foreground(config)
@@ -409,7 +409,7 @@ def _run_foreground(config: MountConfig) -> int:
     try:
         trio.run(_mount_and_serve, config, lambda: sd_notify("READY=1"))
     except (StartError, MountError) as exc:
-        print(f"h5mount: {exc}", file=sys.stderr)
+        print(f"h5mount: {logsafe.redact(str(exc))}", file=sys.stderr)
         return 1
     except Exception:
         log.exception("daemon failed")
@@ -453,7 +453,7 @@ def _daemon_child(config: MountConfig, write_fd: int) -> int:
         trio.run(_mount_and_serve, config, ready)
     except (StartError, MountError) as exc:
         if not pipe.closed:
-            pipe.write(f"{exc}\n".encode())
+            pipe.write(f"{logsafe.redact(str(exc))}\n".encode())
         log.error("%s", exc)
         return 1
     except BaseException:

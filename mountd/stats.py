@@ -8,8 +8,9 @@ Owns the shape of the three documents an operator reads, in
   latency percentiles of reads and of metadata requests, open files, storage
   requests and bytes by kind of store with retries and failures, every
   cache's hits, misses, evictions and sizes, memory, uptime;
-- ``config.json``: the effective mount settings, with secrets redacted (a
-  URL's password and query string, and any string the log masks);
+- ``config.json``: the effective mount settings, every string redacted
+  (``mountd.logsafe.redact``: the secrets of URLs, and any string the log
+  masks);
 - ``metrics``: the counters of ``stats.json`` in the Prometheus text
   exposition format (version 0.0.4), for node_exporter's textfile collector.
 
@@ -67,7 +68,7 @@ class Reporter:
             "h5mount": {
                 "version": __version__,
                 "pid": os.getpid(),
-                "source": redact(self.config.source),
+                "source": logsafe.redact(self.config.source),
                 "mountpoint": self.config.mountpoint,
                 "started": datetime.datetime.fromtimestamp(self.started, datetime.UTC)
                                             .isoformat(timespec="seconds"),
@@ -108,11 +109,8 @@ class Reporter:
 
     def settings(self) -> dict[str, Any]:
         """The ``config.json`` document: the effective settings, secrets redacted."""
-        doc = dataclasses.asdict(self.config)
-        for name in ("source", "endpoint_url"):
-            if doc[name] is not None:
-                doc[name] = redact(doc[name])
-        doc["fuse_options"] = sorted(redact(o) for o in self.config.fuse_options())
+        doc: dict[str, Any] = logsafe.redact_strings(dataclasses.asdict(self.config))
+        doc["fuse_options"] = sorted(logsafe.redact_strings(list(self.config.fuse_options())))
         doc["version"] = __version__
         return doc
 
@@ -127,20 +125,6 @@ class Reporter:
             "config.json": lambda: dumps(self.settings()),
             "metrics": lambda: self.metrics().encode(),
         }, clock=clock))
-
-
-def redact(text: str) -> str:
-    """``text`` with what must not be shown masked: a URL's password and query
-    string (a presigned URL's signature), and every secret the log masks."""
-    scheme, sep, rest = text.partition("://")
-    if sep:
-        authority, slash, path = rest.partition("/")
-        user, at, host = authority.rpartition("@")
-        if at and ":" in user:
-            authority = f"{user.split(':', 1)[0]}:{logsafe.MASK}@{host}"
-        path, query, _ = path.partition("?")
-        text = f"{scheme}://{authority}{slash}{path}" + (f"?{logsafe.MASK}" if query else "")
-    return logsafe.mask(text)
 
 
 def _memory() -> dict[str, int]:

@@ -38,7 +38,8 @@ timeouts are the policy's ``stall``, so a server that goes silent fails one
 attempt, not the read. 404/410 are ``NotFound``; 401/403 and other 4xx a
 ``StorageError`` at once; 408/429/5xx, connection errors, resets, timeouts
 and short bodies are retried. A TLS failure (an untrusted certificate) is
-not retried. Errors name the full URL. No httpx exception leaves this module.
+not retried. Errors name the full URL (their messages show it with its
+secrets masked: ``layouts.errors``). No httpx exception leaves this module.
 
 Concurrency: one ``trio.CapacityLimiter(max_connections)`` per connection
 bounds the operations in flight over all its stores, and the pool is as big,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from layouts.model import AnyObject, Group, Link, LinkKind, ObjectKind
+from mountd import logsafe
 from mountd.errors import MountError, NotFound
 from mountd.tree.datasets import DatasetDir
 from mountd.tree.fanout import for_each
@@ -301,7 +302,7 @@ class GroupDir(ObjectDir):
             if link.kind is LinkKind.SOFT:
                 text = relative(tree.places.h5_location(self.op, link.target), here)
             else:
-                text = inside_text(f"{link.domain}::{link.target}")
+                text = inside_text(logsafe.redact(f"{link.domain}::{link.target}"))
             return {"": Symlink(("link", self.op.key, name), text, times)}
         entries: dict[str, Node] = {
             "": Symlink(("link", self.op.key, name),

@@ -2,7 +2,10 @@
 
 Owns the sidecar's shape (docs/CONTRACT.md, "Sidecars"), with the keys
 views add to it (``layouts.views._api.View.sidecar``, given here by the tree),
-and the ``user.h5.*`` extended attributes. Works on model objects; the only
+and the ``user.h5.*`` extended attributes. Where storage's own descriptions
+may name a file by URL (``hdf5``: an HSDS ``file_uri``; an external link's
+``domain``), their strings are shown through ``mountd.logsafe.redact``;
+attribute values and data are HDF5 content, shown as stored. Works on model objects; the only
 I/O is through the callables it is given (reading a scalar's one chunk,
 resolving object references to paths). Stateless; safe from any number of
 tasks.
@@ -16,6 +19,7 @@ from typing import Any
 
 from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, LinkKind, ObjectRef
 from layouts.views import decode_chunk
+from mountd import logsafe
 from mountd.tree import jsonvalue
 
 log = logging.getLogger(__name__)
@@ -52,7 +56,7 @@ def _dataset_fields(ds: Dataset) -> dict[str, Any]:
         "dtype": ds.type.sidecar,
         "chunks": list(ds.chunks),
         "fill_value": ds.effective_fill,
-        "hdf5": dict(ds.hdf5),
+        "hdf5": logsafe.redact_strings(ds.hdf5),
     }
 
 
@@ -100,7 +104,8 @@ def stored_links(group: Group) -> dict[str, dict[str, str | None]]:
         if link.kind is LinkKind.SOFT:
             out[name] = {"kind": "soft", "path": link.target}
         elif link.kind is LinkKind.EXTERNAL:
-            out[name] = {"kind": "external", "domain": link.domain, "path": link.target}
+            out[name] = {"kind": "external", "domain": logsafe.redact_strings(link.domain),
+                         "path": link.target}
     return out
 
 
