@@ -11,12 +11,15 @@ stands in for it), on ``LocalStore`` and the HSDS catalog over it (the walk
 as well), and through real FUSE mounts of the planted copy against a mount
 of an untouched copy: the secret is never served, each link's entry gives
 EIO (or, for a folder or domain, is absent), the rest reads identically, and
-each link is logged once however often it is met.
+each link is logged once however often it is met. Two neighbours of the
+rule: ``hsload --link`` files below ROOT_DIR are read beneath it as well,
+while a reference file's local refs follow symlinks as ``open`` does.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import trio
 
@@ -38,6 +42,7 @@ from layouts.storage import ByteRange, Fetched
 from mountd.errors import StorageError
 from mountd.io import beneath
 from mountd.io.local import NOT_FOLLOWED, LocalStore
+from mountd.sources import _posix_opener
 from tests.mounting import daemon_pids, fuse_available, mounted
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,15 +199,17 @@ def test_open_beneath_refuses_every_symlink(opener: str, tmp_path: Path) -> None
     assert beneath._openat2_works is (opener == "openat2")
 
 
-def test_open_beneath_walks_where_openat2_is_missing(tmp_path: Path,
+@pytest.mark.parametrize("code", [errno.ENOSYS, errno.EPERM])
+def test_open_beneath_walks_where_openat2_is_missing(code: int, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """ENOSYS from ``openat2`` switches to the walk for good: ``openat2`` is not
-    tried again, and symlinks are still refused."""
+    """ENOSYS from ``openat2`` (or EPERM, from a seccomp filter that does not know
+    it) switches to the walk for good: ``openat2`` is not tried again, and
+    symlinks are still refused."""
     calls: list[str] = []
 
     def missing(dir_fd: int, rel: str, flags: int) -> int:
         calls.append(rel)
-        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
+        raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(beneath, "_openat2_works", True)
     monkeypatch.setattr(beneath, "openat2_beneath", missing)
@@ -346,6 +353,30 @@ def test_catalog_takes_no_symlinked_chunk_for_an_unstored_one(copies: Copies) ->
     trio.run(main)
 
 
+def test_linked_files_are_read_beneath_root_dir(tmp_path: Path) -> None:
+    """``hsload --link`` files are read below HSDS's ROOT_DIR (the bucket's parent)
+    with no symlink followed either; a file reached without one reads."""
+    bucket = tmp_path / "root" / "bucket"
+    (bucket / "files").mkdir(parents=True)
+    (bucket / "files" / "real.h5").write_bytes(b"real")
+    (tmp_path / "secret").write_bytes(SECRET)
+    (bucket / "files" / "linked.h5").symlink_to(tmp_path / "secret")
+    (tmp_path / "root" / "other").symlink_to(tmp_path)
+    open_uri = _posix_opener(str(bucket))
+
+    async def main() -> None:
+        for uri, link in (("file:///bucket/files/linked.h5", "bucket/files/linked.h5"),
+                          ("other/secret", "other")):
+            store, key = open_uri(uri)
+            with pytest.raises(StorageError) as refused:
+                await store.get(key)
+            assert (refused.value.key, refused.value.reason) == (link, NOT_FOLLOWED)
+        store, key = open_uri("bucket/files/real.h5")
+        assert await store.get(key) == b"real"
+
+    trio.run(main)
+
+
 # --------------------------------------------------------------------------- real mounts
 
 
@@ -420,6 +451,10 @@ def test_mount_serves_nothing_through_a_symlink(
     with mounted(module_copies.planted, tmp_path / "mp", "--log-file", str(log),
                  "-o", f"metadata_ttl={ttl}") as mp:
         walks = [snapshot(mp), snapshot(mp)]
+        for walk in walks:
+            for kind, value in walk.values():
+                if kind == "file":
+                    assert SECRET[:16] not in value and passwd not in value
         dom = mp / DOMAIN
         pressure = dom / "measurements/pressure"
         assert errno_of(lambda: os.listdir(pressure)) == errno.EIO
@@ -443,9 +478,25 @@ def test_mount_serves_nothing_through_a_symlink(
         assert walk[f"{DOMAIN}/measurements/pressure"] == ("error", errno.EIO)
         assert walk[f"{DOMAIN}/measurements/pressure.json"] == \
             pristine_snapshot[f"{DOMAIN}/measurements/pressure.json"]
-        for kind, value in walk.values():
-            if kind == "file":
-                assert SECRET[:16] not in value and passwd not in value
     text = log.read_text()
     for link in LINKS:
         assert refused_lines(text, link) == 1, (link, text[-3000:])
+
+
+@needs_fuse
+@pytest.mark.mount
+def test_reference_file_refs_follow_symlinks(tmp_path: Path) -> None:
+    """A reference file's local refs name host paths: a symlink on the way is
+    followed, as ``open`` would (only buckets are read beneath their directory)."""
+    data = np.arange(4, dtype="<i4").tobytes()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "data.bin").write_bytes(data)
+    (tmp_path / "via").symlink_to("real")
+    zarray = {"zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "<i4",
+              "compressor": None, "filters": None, "fill_value": 0, "order": "C"}
+    refs = {".zgroup": {"zarr_format": 2}, "x/.zarray": zarray,
+            "x/0": [str(tmp_path / "via" / "data.bin"), 0, len(data)]}
+    source = tmp_path / "refs.json"
+    source.write_text(json.dumps({"version": 1, "refs": refs}))
+    with mounted(source, tmp_path / "mp") as mp:
+        assert (mp / "x" / "0").read_bytes() == data

@@ -12,9 +12,10 @@ and ``RESOLVE_NO_SYMLINKS`` (Python has no wrapper; it is called through
 ``ctypes``). Where it is missing (ENOSYS, or EPERM from a seccomp filter that
 does not know it), the first such answer switches this process to
 ``walk_beneath`` for good: one ``openat`` per component, each relative to the
-last and with ``O_NOFOLLOW``. Either way a refused path costs a second look,
-component by component, to name the symlink; an open that succeeds costs no
-more than that.
+last and with ``O_NOFOLLOW``. An ``openat2`` that meets a symlink is retried
+as the walk, which names it (a component refused with ``ELOOP`` or
+``ENOTDIR`` is looked at with ``lstat``); so only a refused path costs more
+than one call with ``openat2``.
 
 Concurrency: plain blocking calls, for worker threads; the one shared state,
 whether ``openat2`` works, is a flag that only ever goes from true to false.
