@@ -223,7 +223,8 @@ async def _block_cache(config: MountConfig) -> BlockCache:
 def _ref_opener(http: HttpConnection, cache: BlockCache, *, allow_local: bool) -> OpenUri:
     """Where a reference file's refs are read: http(s) URLs through the block cache,
     local paths from disk when ``allow_local``, nothing else."""
-    disk = LocalStore("/")
+    # Refs name host paths, so symlinks on the way are theirs to name as well.
+    disk = LocalStore("/", follow_symlinks=True)
     stores: dict[str, CachedStore] = {}
     refused: set[str] = set()
 
@@ -261,7 +262,8 @@ def _disk_cache(config: MountConfig) -> DiskCache | None:
 
 def _posix_opener(bucket_dir: str) -> OpenUri:
     """``file_uri`` of a POSIX bucket: ``BUCKET/path/file.h5`` below HSDS's ROOT_DIR,
-    the parent of the mounted bucket directory. Nothing outside ROOT_DIR is read."""
+    the parent of the mounted bucket directory. Nothing outside ROOT_DIR is read:
+    like the bucket, it is read with no symlink followed (``LocalStore``)."""
     root = LocalStore(Path(bucket_dir).resolve().parent)
 
     def open_uri(uri: str) -> tuple[Store, str]:

@@ -438,19 +438,24 @@ def test_capped_reads_on_every_store(tmp_path: Path) -> None:
 
 
 def test_local_store_reads_only_regular_files(tmp_path: Path) -> None:
-    """A FIFO would block the open, a device never end: both are refused at once."""
+    """A FIFO would block the open, a device never end: both are refused at once.
+    The device is reached by a symlink, so only a store that follows symlinks
+    (a reference file's local refs) gets as far as the device; a bucket's store
+    refuses the link itself (``tests/test_bucket_symlinks.py``)."""
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "zero").symlink_to("/dev/zero")
     (tmp_path / "dir").mkdir()
     (tmp_path / "file").write_bytes(b"12345")
 
     async def main() -> None:
-        store = LocalStore(tmp_path)
+        store = LocalStore(tmp_path, follow_symlinks=True)
         with trio.fail_after(10):
             for key in ("fifo", "zero"):
                 for read in (store.get, store.fetch, lambda k: fetch_capped(store, k, 100)):
                     with pytest.raises(StorageError, match="not a regular file"):
                         await read(key)
+            with pytest.raises(StorageError, match="symbolic link, not followed"):
+                await LocalStore(tmp_path).get("zero")
             found = await store.fetch_many(["fifo", "zero", "dir", "file"], 100)
             assert [type(f) for f in found[:3]] == [StorageError, StorageError, NotFound]
             last = found[3]
