@@ -714,6 +714,8 @@ def test_h5_filter_pipelines(tmp_path: Path) -> None:
                 [DEFLATE, FLETCHER32, SHUFFLE]),
         "all_unlisted_checksum": ({"fletcher32": True, "compression": "gzip", "shuffle": True},
                                   [SHUFFLE, DEFLATE]),
+        "lzf_shuffle": ({"compression": "lzf", "shuffle": True},
+                        [SHUFFLE, {"class": "H5Z_FILTER_LZF", "id": 32000, "name": "lzf"}]),
         **{name: (dict(plugin), [filt]) for name, (filt, plugin) in PLUGIN_FILTERS.items()},
     }
     with h5py.File(tmp_path / "f.h5", "w") as f:
@@ -742,7 +744,8 @@ def test_h5_filter_pipelines(tmp_path: Path) -> None:
     with pytest.raises(Corrupt, match="LZ4 header"):
         decode(bytes(16), Pipeline(compressor="lz4"), 1, 100, "k")
     assert pipeline([{"class": "H5Z_FILTER_SHUFFLE", "id": 2, "name": "bitshuffle"}]).unknown
-    assert pipeline([{"class": "H5Z_FILTER_LZF", "id": 32000, "name": "lzf"}]).unknown
+    assert pipeline([{"class": "H5Z_FILTER_LZF", "id": 32000, "name": "lzf"}]).compressor == "lzf"
+    assert pipeline([{"class": "H5Z_FILTER_SZIP", "id": 4, "name": "szip"}]).unknown
     assert pipeline([{"class": "x", "id": 1, "name": "gzip"}]).compressor == "deflate"
     with pytest.raises(FormatError):
         pipeline({"class": "H5Z_FILTER_DEFLATE"})

@@ -3,10 +3,11 @@
 Owns what HDF5 itself defines, independent of where the metadata came from:
 type JSON and the model's element types (``_types``), the filter pipeline of
 stored chunks (``_filters``) and the bounded decoders it runs (``_inflate``,
-with Blosc-zlib frames through libdeflate in ``_blosc``), chunk stores over
-data that stays in an HDF5 file, read by byte range (``_linked``), and the
-writer of HDF5 file images (``_image``). Formats and the tree import the
-names below; the modules inside are private to this package.
+with Blosc-zlib frames through libdeflate in ``_blosc``, and LZF in
+``_lzf``), chunk stores over data that stays in an HDF5 file, read by byte
+range (``_linked``), and the writer of HDF5 file images (``_image``). Formats
+and the tree import the names below; the modules inside are private to this
+package.
 
 Concurrency: pure functions and immutable values, except the linked chunk
 stores, whose rules are in ``_linked``.
@@ -26,10 +27,12 @@ from layouts.hdf5._image import (
 from layouts.hdf5._inflate import (
     MAX_VLEN_CHUNK_BYTES,
     blosc_sizes,
+    bunzip2,
     gunzip,
     inflate,
     unblosc,
     unlz4,
+    unxz,
     unzstd,
 )
 from layouts.hdf5._linked import (
@@ -61,6 +64,7 @@ __all__ = [
     "Skeleton",
     "blosc_sizes",
     "build_image",
+    "bunzip2",
     "check_for_hdf5",
     "element_type",
     "external_ok",
@@ -74,5 +78,6 @@ __all__ = [
     "stored_limit",
     "unblosc",
     "unlz4",
+    "unxz",
     "unzstd",
 ]

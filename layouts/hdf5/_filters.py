@@ -17,26 +17,34 @@ them last to first, whatever order the JSON lists them in:
    unlisted checksum is accepted too, when the chunk does not decode without
    it and its last 4 bytes are the Fletcher32 of the rest.
 2. One compressor: deflate (id 1, a zlib stream), Blosc (32001, a Blosc frame),
-   Zstandard (32015, one zstd frame) or LZ4 (32004, the HDF5 LZ4 plugin's
+   Zstandard (32015, one zstd frame), LZ4 (32004, the HDF5 LZ4 plugin's
    framing: big-endian 8-byte total size, 4-byte block size, then each block
    as a 4-byte big-endian length and the LZ4 block, or the block itself when
-   it did not compress). No compressor may produce more than the chunk's
-   size (``layouts.hdf5._inflate``): the sizes headers declare are checked before
-   decoding, and a zlib stream stops one byte past it.
+   it did not compress), LZF (32000, h5py's filter: one LZF stream) or bzip2
+   (307, the HDF5 bzip2 plugin's: one bzip2 stream). No compressor may produce
+   more than the chunk's size (``layouts.hdf5._inflate``, ``layouts.hdf5._lzf``):
+   the sizes headers declare are checked before decoding, streams stop one
+   byte past it, and LZF decodes into a buffer of that size. h5py's LZF filter
+   is optional: a chunk it cannot shrink is stored as it is, with a filter
+   mask an HSDS chunk table does not keep, so an LZF chunk of exactly the
+   chunk's size that is not an LZF stream of that size is taken as stored.
 3. Byte shuffle (id 2) by the element size.
 
-Anything else (szip, lzf, scale-offset, n-bit, bitshuffle, user filters) makes
+Anything else (szip, scale-offset, n-bit, bitshuffle, other plugins) makes
 ``Pipeline.unknown`` say so; every chunk read then fails, metadata still works.
 
 ``check_for_hdf5`` guards the chunks that are left to the HDF5 library itself
 (``layouts.formats.refs._external`` reads some datasets through h5py): libhdf5's
-deflate filter grows its buffer until the stream ends, and szip, lzf,
-bitshuffle, n-bit and scale-offset allocate what the chunk or the filter's
-parameters state. It undoes the compressors decoded here, each capped, and
-checks the stated sizes of the others against the chunk's size, so that a
-bomb is ``Corrupt`` before h5py sees it. ``stored_limit`` is the most bytes a
-stored chunk of a given decoded size may have; a larger one is refused before
-it is read.
+deflate and bzip2 filters and h5py's LZF filter grow their buffers until the
+stream ends, and szip, bitshuffle, n-bit and scale-offset allocate what the
+chunk or the filter's parameters state. It undoes the compressors decoded here,
+each capped, and checks the stated sizes of the others against the chunk's
+size, so that a bomb is ``Corrupt`` before h5py sees it. A filter it can
+neither decode nor read a stated size from (Blosc2, SZ, ZFP and every other
+plugin) is refused, as is one whose output would feed another filter that
+can grow it: libhdf5 would run them unbounded. ``stored_limit`` is the most
+bytes a stored chunk of a given decoded size may have; a larger one is
+refused before it is read.
 
 Concurrency: pure functions over bytes, safe in any thread; ``decode`` is what
 callers run in a worker thread for large chunks.
@@ -53,7 +61,8 @@ import numcodecs
 import numpy as np
 
 from layouts.errors import Corrupt, FormatError
-from layouts.hdf5._inflate import inflate, unblosc, unzstd
+from layouts.hdf5._inflate import bunzip2, inflate, unblosc, unzstd
+from layouts.hdf5._lzf import unlzf
 
 FLETCHER32_SIZE = 4
 _LZ4_HEADER = struct.Struct(">qi")
@@ -63,15 +72,17 @@ _SZIP_HEADER = struct.Struct("<I")
 
 #: HDF5 filter ids (H5Zpublic.h, and the ids registered with The HDF Group for plugins).
 DEFLATE, SHUFFLE, FLETCHER32, SZIP, NBIT, SCALEOFFSET = 1, 2, 3, 4, 5, 6
-LZF, BLOSC, LZ4, BITSHUFFLE, ZSTD = 32000, 32001, 32004, 32008, 32015
+BZIP2, LZF, BLOSC, LZ4, BITSHUFFLE, ZSTD = 307, 32000, 32001, 32004, 32008, 32015
 
 _COMPRESSORS = {"H5Z_FILTER_DEFLATE": "deflate", "H5Z_FILTER_BLOSC": "blosc",
-                "H5Z_FILTER_LZ4": "lz4", "H5Z_FILTER_ZSTD": "zstd"}
-_COMPRESSOR_IDS = {DEFLATE: "deflate", BLOSC: "blosc", LZ4: "lz4", ZSTD: "zstd"}
+                "H5Z_FILTER_LZ4": "lz4", "H5Z_FILTER_ZSTD": "zstd", "H5Z_FILTER_LZF": "lzf",
+                "H5Z_FILTER_BZIP2": "bzip2"}
+_COMPRESSOR_IDS = {DEFLATE: "deflate", BLOSC: "blosc", LZ4: "lz4", ZSTD: "zstd", LZF: "lzf",
+                   BZIP2: "bzip2"}
 _CLASS_BY_ID = {0: "H5Z_FILTER_NONE", 1: "H5Z_FILTER_DEFLATE", 2: "H5Z_FILTER_SHUFFLE",
                 3: "H5Z_FILTER_FLETCHER32", 5: "H5Z_FILTER_NBIT", 6: "H5Z_FILTER_SCALEOFFSET",
-                32000: "H5Z_FILTER_LZF", 32001: "H5Z_FILTER_BLOSC", 32003: "H5Z_FILTER_SNAPPY",
-                32004: "H5Z_FILTER_LZ4", 32005: "H5Z_FILTER_LZ4HC",
+                307: "H5Z_FILTER_BZIP2", 32000: "H5Z_FILTER_LZF", 32001: "H5Z_FILTER_BLOSC",
+                32003: "H5Z_FILTER_SNAPPY", 32004: "H5Z_FILTER_LZ4", 32005: "H5Z_FILTER_LZ4HC",
                 32008: "H5Z_FILTER_BITSHUFFLE", 32015: "H5Z_FILTER_ZSTD"}
 _KNOWN_CLASSES = frozenset(_CLASS_BY_ID.values())
 
@@ -196,14 +207,27 @@ def _unlz4(raw: bytes, limit: int, key: str) -> bytes:
 
 
 _DECOMPRESS: dict[str, Callable[[bytes, int, str], bytes]] = {
-    "deflate": inflate, "blosc": unblosc, "zstd": unzstd, "lz4": _unlz4}
+    "deflate": inflate, "blosc": unblosc, "zstd": unzstd, "lz4": _unlz4, "lzf": unlzf,
+    "bzip2": bunzip2}
+
+
+def _unlzf_or_stored(data: bytes, nbytes: int, key: str) -> bytes:
+    """An LZF chunk of ``nbytes`` stored bytes: the stream decoded, if it is one of
+    ``nbytes``, else the bytes as stored (h5py's optional filter gave up on them)."""
+    try:
+        decoded = unlzf(data, nbytes, key)
+    except Corrupt:
+        return data
+    return decoded if len(decoded) == nbytes else data
 
 
 def _decode_once(raw: bytes, pipe: Pipeline, itemsize: int, nbytes: int, key: str) -> bytes:
     data = raw
     if pipe.fletcher32:
         data = _fletcher32_strip(data, key)
-    if pipe.compressor is not None:
+    if pipe.compressor == "lzf" and len(data) == nbytes:
+        data = _unlzf_or_stored(data, nbytes, key)
+    elif pipe.compressor is not None:
         data = _DECOMPRESS[pipe.compressor](data, nbytes, key)
     if len(data) != nbytes:
         raise Corrupt(key, f"chunk decodes to {len(data)} bytes, expected {nbytes}")
@@ -230,6 +254,11 @@ def _keeps_size(code: int, values: Sequence[int]) -> bool:
     return code == SHUFFLE or (code == BITSHUFFLE and not (len(values) >= 5 and values[4]))
 
 
+def _never_grows(code: int, values: Sequence[int]) -> bool:
+    """True for an HDF5 filter whose output is never larger than its input."""
+    return code == FLETCHER32 or _keeps_size(code, values)
+
+
 def _stated_size(code: int, values: Sequence[int], data: bytes, key: str) -> int | None:
     """What the HDF5 filter ``code`` will allocate to undo itself on ``data``, from its
     parameters or header, when it says (the filters ``check_for_hdf5`` cannot decode)."""
@@ -237,8 +266,6 @@ def _stated_size(code: int, values: Sequence[int], data: bytes, key: str) -> int
         if len(data) < _SZIP_HEADER.size:
             raise Corrupt(key, "szip chunk shorter than its header")
         return int(_SZIP_HEADER.unpack_from(data)[0])
-    if code == LZF:  # h5py's lzf filter: a first buffer of cd_values[2] bytes
-        return max(len(data), values[2] if len(values) >= 3 else 0)
     if code in (NBIT, SCALEOFFSET) and len(values) >= 5:
         return values[2] * values[4]  # elements times element size
     if code == BITSHUFFLE and len(values) >= 5 and values[4]:
@@ -256,14 +283,14 @@ def check_for_hdf5(raw: bytes, filters: Sequence[tuple[int, Sequence[int]]], lim
     ``filters`` are (filter id, cd_values) in pipeline (encoding) order, those the
     chunk's filter mask skips already left out. They are undone last to first:
     Fletcher32 is stripped, shuffle and uncompressed bitshuffle keep the size,
-    deflate, Blosc, zstd and LZ4 are decoded here, each capped (at ``limit`` when
-    only size-keeping filters remain, else at ``stored_limit(limit)``, as the
-    output is another filter's stored form). Szip, lzf, n-bit, scale-offset and
-    compressed bitshuffle are checked by the size they state, and a filter not
-    known here not at all; both end the check, since what they make is not seen.
-    Residual risk: an lzf stream within those sizes can still expand about 88
-    times (h5py's filter grows its buffer by the input size until it fits), and a
-    user-defined filter is trusted.
+    deflate, Blosc, zstd, LZ4, LZF and bzip2 are decoded here, each capped (at
+    ``limit`` when only size-keeping filters remain, else at
+    ``stored_limit(limit)``, as the output is another filter's stored form).
+    Szip, n-bit, scale-offset and compressed bitshuffle are checked by the size
+    they state, which their libhdf5 filter allocates; that ends the check, so
+    only filters that never grow their input may be left to undo after them.
+    Any other filter is refused: nothing here says how much libhdf5 would let
+    it make.
     """
     data = raw
     for pos in range(len(filters) - 1, -1, -1):
@@ -280,7 +307,15 @@ def check_for_hdf5(raw: bytes, filters: Sequence[tuple[int, Sequence[int]]], lim
             data = _DECOMPRESS[_COMPRESSOR_IDS[code]](data, cap, key)
         else:
             stated = _stated_size(code, values, data, key)
-            if stated is not None and stated > cap:
+            if stated is None:
+                raise Corrupt(key, f"filter {code} cannot be held to the chunk's size before "
+                                   f"libhdf5 runs it")
+            if stated > cap:
                 raise Corrupt(key, f"filter {code} states {stated} bytes, more than the "
                                    f"chunk's {cap}")
+            later = [undone for undone, params in filters[:pos]
+                     if not _never_grows(undone, params)]
+            if later:
+                raise Corrupt(key, f"filter {later[-1]} would undo filter {code}'s output "
+                                   f"unchecked")
             return

@@ -7,10 +7,13 @@ here is given ``limit``, the most bytes the output may have: the chunk's size
 (``prod(chunk shape) * itemsize``) for fixed-size elements, plus what the
 codecs after it add (a Fletcher32 checksum), or ``MAX_VLEN_CHUNK_BYTES`` for
 variable-length data, whose size no metadata states. Output beyond the limit
-is never produced: a stream is inflated with ``max_length``, and formats whose
+is never produced: streams (zlib, gzip, bzip2, xz) are undone by incremental
+decompressors with ``max_length`` one byte past the limit, and formats whose
 header states the decoded size (Blosc, zstd, numcodecs LZ4) are refused on
-that header, before anything is allocated. Any failure is ``Corrupt`` naming
-``key``, so the reader gets EIO for that chunk only.
+that header, before anything is allocated. What a decoder allocates for
+itself is bounded too: a bzip2 decoder takes under 4 MiB, an xz one at most
+``LZMA_MEMLIMIT``. Any failure is ``Corrupt`` naming ``key``, so the reader
+gets EIO for that chunk only. LZF is ``layouts.hdf5._lzf``'s.
 
 libdeflate (the ``deflate`` package) inflates the gzip-compressed HDF5 chunks
 of a typical file about 2.5 times faster than the standard ``zlib`` module,
@@ -28,10 +31,12 @@ Pure functions over bytes; safe in any thread.
 
 from __future__ import annotations
 
+import bz2
+import lzma
 import struct
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import deflate
 import numcodecs
@@ -44,6 +49,9 @@ from layouts.hdf5 import _blosc
 #: generous constant: 64 times the largest chunk HSDS aims for (4 MiB), and a
 #: quarter of the largest reference file accepted (``lindi_refs.MAX_JSON_BYTES``).
 MAX_VLEN_CHUNK_BYTES = 256 << 20
+#: Most memory liblzma may take to decode one xz or lzma stream, its dictionary
+#: included: the 65 MiB ``xz -9`` (a 64 MiB dictionary) needs, and a little more.
+LZMA_MEMLIMIT = 72 << 20
 
 #: Blosc 1 header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes.
 BLOSC_HEADER = _blosc.HEADER
@@ -87,27 +95,71 @@ def inflate(raw: bytes, limit: int, key: str, *, sized: bool = True) -> bytes:
     return data
 
 
-def gunzip(raw: bytes, limit: int, key: str) -> bytes:
-    """The gzip data ``raw`` inflated as Python's ``gzip`` reads it (any number of
-    members, zero padding after each; no bytes at all are no data): at most
-    ``limit`` bytes, else Corrupt."""
+class _Decompressor(Protocol):
+    """What ``zlib.decompressobj``, ``bz2.BZ2Decompressor`` and ``lzma.LZMADecompressor`` share."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+
+def _streams(raw: bytes, limit: int, key: str, codec: str,
+             start: Callable[[], _Decompressor], *, padded: bool = False) -> bytes:
+    """``raw`` as a run of whole streams, each undone by a decompressor from ``start``,
+    as Python's ``gzip``, ``bz2`` and ``lzma`` modules read them (``padded``: zero
+    bytes may follow a stream, as in gzip): at most ``limit`` bytes in all, else
+    Corrupt. No decompressor is let make more than one byte past the limit."""
     parts: list[bytes] = []
     done = 0
     rest = raw
     while rest:
-        inflater = zlib.decompressobj(_GZIP_WBITS)
         try:
-            part = inflater.decompress(rest, limit + 1 - done)
-        except zlib.error as exc:
-            raise Corrupt(key, f"gzip decompression failed: {exc}") from exc
+            stream = start()
+            # a max_length of 0 means "no limit" to zlib; limit + 1 - done is at least 1
+            part = stream.decompress(rest, limit + 1 - done)
+        except (zlib.error, OSError, EOFError, ValueError, lzma.LZMAError) as exc:
+            raise Corrupt(key, f"{codec} decompression failed: {exc}") from exc
         done += len(part)
         if done > limit:
-            raise Corrupt(key, f"gzip data holds more than the chunk's {limit} bytes")
-        if not inflater.eof:
-            raise Corrupt(key, "gzip data is truncated")
+            raise Corrupt(key, f"{codec} data holds more than the chunk's {limit} bytes")
+        if not stream.eof:
+            raise Corrupt(key, f"{codec} data is truncated")
         parts.append(part)
-        rest = inflater.unused_data.lstrip(b"\0")
+        rest = stream.unused_data.lstrip(b"\0") if padded else stream.unused_data
     return b"".join(parts)
+
+
+def gunzip(raw: bytes, limit: int, key: str) -> bytes:
+    """The gzip data ``raw`` inflated as Python's ``gzip`` reads it (any number of
+    members, zero padding after each; no bytes at all are no data): at most
+    ``limit`` bytes, else Corrupt."""
+    return _streams(raw, limit, key, "gzip", lambda: zlib.decompressobj(_GZIP_WBITS),
+                    padded=True)
+
+
+def bunzip2(raw: bytes, limit: int, key: str) -> bytes:
+    """The bzip2 data ``raw`` (numcodecs ``BZ2``, the HDF5 bzip2 filter) decompressed as
+    ``bz2.decompress`` does (any number of streams): at most ``limit`` bytes, else
+    Corrupt. A bzip2 decoder needs under 4 MiB of its own, whatever the stream says."""
+    return _streams(raw, limit, key, "bzip2", bz2.BZ2Decompressor)
+
+
+def unxz(raw: bytes, limit: int, key: str, fmt: int = lzma.FORMAT_XZ) -> bytes:
+    """The xz or lzma-alone data ``raw`` (numcodecs ``LZMA``) decompressed as
+    ``lzma.decompress`` does: at most ``limit`` bytes, else Corrupt.
+
+    A stream's header states the dictionary liblzma allocates before decoding
+    anything; the decoder is held to ``LZMA_MEMLIMIT``, what the strongest
+    preset needs. ``FORMAT_RAW`` takes no memory limit, so it is refused.
+    """
+    if fmt not in (lzma.FORMAT_XZ, lzma.FORMAT_ALONE, lzma.FORMAT_AUTO):
+        raise Corrupt(key, f"lzma format {fmt} cannot be held to a memory limit")
+    return _streams(raw, limit, key, "lzma",
+                    lambda: lzma.LZMADecompressor(fmt, memlimit=LZMA_MEMLIMIT))
 
 
 def blosc_sizes(raw: bytes) -> tuple[int, int, int] | None:

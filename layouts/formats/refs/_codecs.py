@@ -23,13 +23,18 @@ re-encodes what remains in the form a chunk file must have:
 Byte codecs are undone in reverse encoding order: compressor, then filters
 last to first. Known ids: ``BYTE_CODECS`` and ``OBJECT_CODECS``. An unknown
 codec is not an error of the metadata: ``Codecs.problem`` says why chunks
-cannot be read, and only chunk reads fail. A fletcher32 checksum that does
+cannot be read, and only chunk reads fail. That holds for every numcodecs
+codec not listed (``delta``, ``fixedscaleoffset``, ``quantize``, ``astype``,
+``packbits``, ``categorize``, ``bitround``, imagecodecs' ``lzf``...): none is
+run, bounded or not. A fletcher32 checksum that does
 not match, or any codec failure, raises ``Corrupt`` naming the chunk's key.
 
 No codec may produce more than the chunk can hold (``decode_bytes``): its
 size for fixed-size kinds, ``layouts.hdf5._inflate.MAX_VLEN_CHUNK_BYTES`` for the
 others, whose encoded size nothing states. Compressors are undone by
-``layouts.hdf5._inflate`` (bounded), not by numcodecs' unbounded ``decode``; the
+``layouts.hdf5._inflate`` (bounded: zlib, gzip, bz2 and lzma streams with
+``max_length``, an lzma decoder's own memory with a limit, Blosc, zstd and LZ4
+by the size their headers state), not by numcodecs' unbounded ``decode``; the
 item count of ``vlen-*`` data is checked before numcodecs allocates for it.
 Residual risk: a ``json2`` chunk within that cap is parsed by ``json.loads``,
 whose Python objects can take several times the text's size.
@@ -55,10 +60,20 @@ from numcodecs.abc import Codec
 
 from layouts.errors import Corrupt, FormatError
 from layouts.formats.refs._types import nested_items, reference_path
-from layouts.hdf5 import MAX_VLEN_CHUNK_BYTES, gunzip, inflate, unblosc, unlz4, unzstd
+from layouts.hdf5 import (
+    MAX_VLEN_CHUNK_BYTES,
+    bunzip2,
+    gunzip,
+    inflate,
+    unblosc,
+    unlz4,
+    unxz,
+    unzstd,
+)
 
 #: Codecs on bytes that are undone here (numcodecs ids).
-BYTE_CODECS = frozenset({"blosc", "zlib", "gzip", "zstd", "lz4", "shuffle", "fletcher32"})
+BYTE_CODECS = frozenset({"blosc", "zlib", "gzip", "bz2", "lzma", "zstd", "lz4", "shuffle",
+                         "fletcher32"})
 #: Codecs that turn an object array into bytes; only as the first filter of ``|O`` data.
 OBJECT_CODECS = frozenset({"json2", "vlen-utf8", "vlen-bytes", "vlen-array"})
 
@@ -183,6 +198,10 @@ def _decode_one(codec: Codec, data: bytes, limit: int, sized: bool, key: str) ->
         return inflate(data, limit, key, sized=sized)
     if cid == "gzip":
         return gunzip(data, limit, key)
+    if cid == "bz2":
+        return bunzip2(data, limit, key)
+    if cid == "lzma":
+        return unxz(data, limit, key, codec.format)
     if cid == "blosc":
         return unblosc(data, limit, key)
     if cid == "zstd":

@@ -27,10 +27,10 @@ Decompression is bounded on every path. The linked stores decode with
 deflate filter grows its buffer until the stream ends), so before h5py reads
 a region of a filtered dataset, each stored HDF5 chunk it touches is read and
 checked by ``h5filters.check_for_hdf5`` against that chunk's size in the
-file; a bomb is ``Corrupt`` for that chunk only. Residual risks, in libhdf5:
-an lzf chunk within its stated sizes (up to about 88 times its stored size),
-filters unknown to ``h5filters`` (plugins), and the global heap objects of
-variable-length elements, whose stated lengths h5py allocates.
+file; a bomb is ``Corrupt`` for that chunk only, and so is a chunk of a filter
+that check cannot bound (Blosc2, SZ, ZFP and other plugins). Residual risk,
+in libhdf5: the global heap objects of variable-length elements, whose stated
+lengths h5py allocates.
 
 Concurrency: any number of trio tasks may read. Opening a file and planning
 a dataset are single-flight (a ``trio.Lock`` each); the results are kept for
