@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -235,6 +235,14 @@ class ChunkStore(Protocol):
     def listing_ready(self) -> bool:
         """True if ``iter_stored`` needs no storage round trip now (the listing is
         at hand), so listing the chunks ahead of a reader would save nothing."""
+        ...
+
+    async def version(self) -> Hashable | None:
+        """A value that changes whenever a stored chunk changes, appears or goes
+        (its validators as a listing of the chunks shows them, never repeated),
+        learnt without reading a chunk: what lets a reader keep decoded bytes
+        past ``metadata_ttl`` while storage is unchanged. None when the store
+        cannot tell cheaply (no such listing, or too many chunks to list)."""
         ...
 
 

@@ -96,7 +96,9 @@ class Reporter:
                      "bytes": memo.used, "budget_bytes": memo.max_bytes},
             "chunks": {"hits": chunks.hits, "misses": chunks.misses,
                        "evictions": chunks.evictions, "bytes": chunks.used,
-                       "budget_bytes": chunks.budget},
+                       "budget_bytes": chunks.budget,
+                       "versions": self.tree.data_epochs.learnt,
+                       "revalidated": self.tree.data_epochs.kept},
         }
         blocks = self.block_cache
         if blocks is not None:

@@ -47,6 +47,9 @@ class MemoryChunks:
     def listing_ready(self) -> bool:
         return False
 
+    async def version(self) -> None:
+        return None
+
 
 class MemoryCatalog:
     """Folders are given as name lists; objects by id within each domain."""

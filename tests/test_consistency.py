@@ -4,7 +4,9 @@ through h5pyd, and after ``metadata_ttl`` every read that starts later sees the
 new bytes: chunk files, ``.npy`` (also through the kernel's page cache, which
 the mount drops for files whose chunks were read again), sizes of
 variable-length chunk files, sidecars, listings and the domain's ``D.h5``.
-On a local bucket and on S3 (HSDS storing on moto).
+Before the writes, a later period with storage unchanged keeps the page
+cache and the decoded chunks of a dataset (checked, not read again). On a
+local bucket and on S3 (HSDS storing on moto).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import h5pyd
 import numpy as np
 import pytest
 
+from mountd.control import REUSE
 from tests.hsds_server import HsdsServer, S3Storage, hsds_node_available
 from tests.moto_server import MotoServer
 from tests.mounting import fuse_available, mounted
@@ -70,6 +73,13 @@ def _rewrite(server: HsdsServer) -> None:
     server.flush(DOMAIN)
 
 
+def _stats(mp: Path) -> dict[str, Any]:
+    """The mount's figures now (a rendering is reused for ``REUSE`` seconds)."""
+    time.sleep(REUSE + 0.1)
+    doc: dict[str, Any] = json.loads((mp / ".h5mount/stats.json").read_text())
+    return doc
+
+
 def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     root = mp / DOMAIN.strip("/")
     # Read everything once, so each layer (decoded chunks, page cache,
@@ -84,11 +94,27 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     with h5py.File(view, "r") as f:  # the file view, built and kept now
         assert f["d"][50:60].tolist() == list(range(50, 60))
         assert "added" not in f and "version" not in f["d"].attrs
+    old_chunk = (root / "d/5").read_bytes()
+
+    # A later period with nothing written: storage shows /d unchanged, so the
+    # kernel keeps the pages of its chunk files and .npy (no read reaches the
+    # daemon) and the decoded chunks stay cached.
+    time.sleep(SETTLE)
+    before = _stats(mp)
+    assert np.load(root / "d.npy")[50:60].tolist() == list(range(50, 60))
+    assert (root / "d/5").read_bytes() == old_chunk
+    after = _stats(mp)
+    # The only reads between are those of reading a document itself.
+    per_document = _stats(mp)["requests"]["read"] - after["requests"]["read"]
+    assert after["requests"]["read"] - before["requests"]["read"] == per_document
+    revalidated = after["caches"]["chunks"]["revalidated"]
+    assert revalidated > before["caches"]["chunks"]["revalidated"]
 
     _rewrite(server)
     time.sleep(SETTLE)
 
     assert np.frombuffer((root / "d/5").read_bytes(), "<i4").tolist() == list(range(1000, 1010))
+    assert _stats(mp)["caches"]["chunks"]["revalidated"] == revalidated  # /d changed
     with open(root / "d.npy", "rb") as npy:  # through the page cache, as numpy reads it
         values = np.load(npy)
     assert values[50:60].tolist() == list(range(1000, 1010))

@@ -426,6 +426,9 @@ class GeneratedChunks:
     def listing_ready(self) -> bool:
         return False
 
+    async def version(self) -> None:
+        return None
+
 
 def generated_dataset(obj_id: str, grid: tuple[int, ...], chunks: tuple[int, ...],
                       delay: float = 0.0, list_delay: float = 0.0) -> Dataset:

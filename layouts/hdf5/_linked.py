@@ -340,6 +340,11 @@ class ContiguousRefStore:
     def listing_ready(self) -> bool:
         return True  # every chunk of the grid, from its shape alone
 
+    async def version(self) -> None:
+        """None: the chunks' bytes are byte ranges of other files, whose own
+        validators this store does not list."""
+        return None
+
 
 # --------------------------------------------------------------------------- chunked
 
@@ -402,3 +407,8 @@ class ChunkedRefStore:
 
     def listing_ready(self) -> bool:
         return False
+
+    async def version(self) -> None:
+        """None: the chunks' bytes are byte ranges of other files, whose own
+        validators this store does not list."""
+        return None

@@ -208,6 +208,13 @@ class View(ABC):
 
 
 class FileView(View, ViewFile):
-    """A view shown as the file ``P<suffix>``."""
+    """A view shown as the file ``P<suffix>``.
+
+    ``own_data`` is True for a view whose bytes derive from its object alone, a
+    dataset's description and chunks (``P.npy``): the mount may then keep the
+    file's pages for as long as that dataset is unchanged in storage, not only
+    for one ``metadata_ttl`` period.
+    """
 
     suffix: str
+    own_data: bool = False

@@ -163,6 +163,7 @@ class NpyView(FileView):
     """The ``.npy`` view: for every dataset of fixed-size type with a dataspace."""
 
     suffix = ".npy"
+    own_data = True
 
     async def applies(self, ctx: ViewContext) -> bool:
         ds = ctx.obj

@@ -3,9 +3,11 @@
 Owns ``Tree``, which every node holds: the catalog (objects read through
 ``obj``, a TTL-cached catalog whose fresh entries ``peek`` sees without
 I/O), the registered views, the memo of derived values, the times of
-entries, the decoded-chunk cache keyed per ``ttl``-long period (``chunk``,
-``chunks``, ``prefetch_chunks``) with the readahead of chunk files read in
-grid order, and the page-cache rule of files (``keep_pages``). It makes the
+entries, the decoded-chunk cache keyed per data epoch (``chunk``, ``chunks``,
+``prefetch_chunks``: the ``ttl``-long periods through which a dataset's
+stored chunks stayed the same, ``mountd.cache.dataepochs``) with the
+readahead of chunk files read in grid order, and the page-cache rule of
+files (``keep_pages``). It makes the
 parts that own the rest: where entries are (``places``,
 ``mountd.tree.paths``), link resolution (``links``), object references
 (``refs``), loading ahead (``preload``) and the sizes of view files
@@ -25,6 +27,7 @@ work).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
@@ -36,6 +39,7 @@ from layouts.views import FileView, View
 from mountd.cache import chunkbatch
 from mountd.cache.chunkahead import GridReadahead
 from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.dataepochs import DataEpochs
 from mountd.cache.memo import Memo
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
@@ -72,6 +76,8 @@ class Tree:
         self.sidecar_views = tuple(v for v in self.views if v.sidecar_key is not None)
         self.chunk_cache = chunk_cache or ChunkCache(0)
         self.memo = Memo()
+        #: Each dataset's data epoch: the periods its cached chunks stay current.
+        self.data_epochs = DataEpochs()
         #: Periods started early by ``refresh`` (part of every ``epoch``).
         self._refreshes = 0
         #: Largest readahead, in bytes of decoded chunks: a quarter of the chunk cache.
@@ -162,50 +168,70 @@ class Tree:
     # -- chunks ---------------------------------------------------------
 
     def epoch(self) -> Hashable:
-        """The current ``ttl``-long period of the mount's clock. Chunks are cached
-        per period, so a chunk read from storage is served for at most ``ttl``
-        seconds (docs/CONTRACT.md, "Consistency"); with ``ttl`` 0 every call is a
-        period of its own. ``refresh`` starts a new period at once."""
+        """The current ``ttl``-long period of the mount's clock. What is read from
+        storage is served for one period, unless storage shows it unchanged
+        when the next begins (``data_epoch``), so a change shows within ``ttl``
+        seconds (docs/CONTRACT.md, "Consistency"); with ``ttl`` 0 every call is
+        a period of its own. ``refresh`` starts a new period at once."""
         now = time.monotonic()
         return self._refreshes, int(now // self.ttl) if self.ttl > 0 else now
 
     def refresh(self) -> None:
         """Start a new period now (SIGHUP), as when ``metadata_ttl`` runs out: the
-        cached chunks, kept page caches and reference indexes (``refs``) of the
-        old one are no longer used."""
+        reference indexes (``refs``) of the old one are no longer used, and the
+        cached chunks and kept page caches only where storage shows their
+        dataset unchanged."""
         self._refreshes += 1
 
-    def keep_pages(self, key: Hashable) -> bool:
+    def keep_pages(self, key: Hashable, data_epoch: Hashable | None = None) -> bool:
         """Whether the kernel may keep the page cache of file ``key`` at this
-        open: only if its last open was in this same period, so the pages it
-        holds came from chunks still served now. Otherwise the open drops them."""
-        epoch = self.epoch()
+        open: only if its last open was in the same data epoch (a file made of
+        one dataset's chunks: ``data_epoch``), else in this same period, so the
+        pages it holds came from bytes still served now. Otherwise the open
+        drops them."""
+        now = self.epoch() if data_epoch is None else data_epoch
         last = self.memo.get(("opened", key))
-        self.memo.put(("opened", key), epoch, 16)
-        return last == epoch
+        self.memo.put(("opened", key), now, 16)
+        return last == now
+
+    async def data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable:
+        """The data epoch of ``ds`` now (``mountd.cache.dataepochs``): the period,
+        or the first of the periods its stored chunks and description have
+        stayed the same through. With ``ttl`` 0 nothing outlives its call."""
+        if self.ttl <= 0:
+            return self.epoch()
+        return await self.data_epochs.data_epoch((op.domain.path, ds.id), self.epoch(),
+                                                 lambda: _version(ds))
 
     async def chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> bytes | None:
         """A decoded chunk through the shared cache; None if it is not stored."""
-        return await self.chunk_cache.get((op.domain.path, ds.id, self.epoch(), index),
+        epoch = await self.data_epoch(op, ds)
+        return await self.chunk_cache.get((op.domain.path, ds.id, epoch, index),
                                           lambda: ds.read_chunk(index))
 
-    def _chunk_keys(self, op: ObjPath, ds: Dataset,
+    @staticmethod
+    def _chunk_keys(op: ObjPath, ds: Dataset, epoch: Hashable,
                     indices: Sequence[ChunkIndex]) -> list[Hashable]:
-        epoch = self.epoch()
         return [(op.domain.path, ds.id, epoch, index) for index in indices]
 
     async def chunks(self, op: ObjPath, ds: Dataset,
                      indices: Sequence[ChunkIndex]) -> list[bytes | MountError | None]:
         """Decoded chunks through the shared cache, the missing ones read in
         batches: for each index the chunk, None (not stored) or its error."""
+        epoch = await self.data_epoch(op, ds)
         return await self.chunk_cache.get_many(
-            self._chunk_keys(op, ds, indices), chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
+            self._chunk_keys(op, ds, epoch, indices), chunkbatch.fetcher(ds),
+            chunkbatch.batch_size(ds))
 
     def prefetch_chunks(self, op: ObjPath, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
         """Start decoding chunks in the background, in batches; how many of
         ``indices`` (from the first) the cache accepted for now."""
+        epoch = self.data_epochs.known((op.domain.path, ds.id), self.epoch())
+        if epoch is None:  # not before this period's version is learnt (by a read)
+            return 0
         return self.chunk_cache.prefetch_many(
-            self._chunk_keys(op, ds, indices), chunkbatch.fetcher(ds), chunkbatch.batch_size(ds))
+            self._chunk_keys(op, ds, epoch, indices), chunkbatch.fetcher(ds),
+            chunkbatch.batch_size(ds))
 
     def chunk_file_read(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
         """A chunk file is being read: prefetch the next chunks in grid order if
@@ -223,3 +249,17 @@ class Tree:
     def nursery(self) -> trio.Nursery | None:
         """Where background work runs: the nursery the daemon gives the chunk cache."""
         return self.chunk_cache.nursery
+
+
+async def _version(ds: Dataset) -> Hashable | None:
+    """What ``ds``'s bytes derive from, its stored chunks' version with the
+    description they are decoded by, as a 128-bit digest (a version may list
+    thousands of chunks; ``DataEpochs`` keeps one per dataset); None when the
+    store cannot tell."""
+    stored = await ds.store.version()
+    if stored is None:
+        return None
+    described = (ds.shape, ds.chunks, repr(ds.type.sidecar), repr(ds.fill_value),
+                 repr(ds.hdf5), stored)
+    return hashlib.blake2b(repr(described).encode("utf-8", "surrogateescape"),
+                           digest_size=16).digest()

@@ -293,11 +293,12 @@ class ChunkFile(InDomain, FileNode):
 
     async def open(self) -> FileHandle:
         """The kernel keeps the file's pages only while they are current
-        (``Tree.keep_pages``). A variable-length chunk is decoded now; if its
-        size is not the one last reported, the kernel's idea of the size is
-        stale, so this open bypasses the page cache (``direct_io``)."""
+        (``Tree.keep_pages``: while the dataset's data epoch is the same). A
+        variable-length chunk is decoded now; if its size is not the one last
+        reported, the kernel's idea of the size is stale, so this open bypasses
+        the page cache (``direct_io``)."""
         ds = await self.tree.dataset(self.op)
-        keep = self.tree.keep_pages(self.key)
+        keep = self.tree.keep_pages(self.key, await self.tree.data_epoch(self.op, ds))
         if ds.chunk_nbytes is not None:
             return BytesHandle(lambda: self._data(ds), keep_cache=keep)
         data = await self._data(ds)

@@ -27,6 +27,7 @@ import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
+from layouts.model import Dataset
 from layouts.views import FileView, Reader
 from mountd.errors import StorageError
 from mountd.tree.nodes import (
@@ -100,12 +101,17 @@ class ViewFileNode(InDomain, FileNode):
 
     async def open(self) -> FileHandle:
         """The kernel keeps the file's pages while they are current
-        (``Tree.keep_pages``); a file sized only now is read past them."""
+        (``Tree.keep_pages``: for a view of a dataset's own data, while that
+        data is unchanged); a file sized only now is read past them."""
         ctx, file = await self._file()
         sized_now = False
         if file.known_size(ctx) is None and \
                 self.tree.view_sizes.kept(self._size_key, ctx) is None:
             await self.tree.view_sizes.size(self._size_key, ctx, file)
             sized_now = True
-        keep = self.tree.keep_pages(self.key)
+        obj = ctx.obj
+        # A view of one dataset's data keeps its pages while that data is unchanged.
+        epoch = await self.tree.data_epoch(self.op, obj) \
+            if file.own_data and isinstance(obj, Dataset) else None
+        keep = self.tree.keep_pages(self.key, epoch)
         return ViewHandle(await file.open(ctx), direct_io=sized_now, keep_cache=keep)

@@ -58,7 +58,7 @@ from __future__ import annotations
 import logging
 import math
 import struct
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +85,14 @@ _ITEM_COUNT = struct.Struct("<I")
 #: Stored chunks a dataset may have for a read to be answered "not stored" from
 #: its domain's listing (a membership test in that many names), with no request.
 KNOWN_ABSENT = 64
+#: Most chunks of a dataset listed for its ``version`` (one S3 listing page per
+#: 1,000); a dataset with more has none, and its decoded chunks and page cache
+#: last one ``metadata_ttl`` period.
+MAX_VERSIONED_CHUNKS = 16_384
+
+
+def _every_key(key: str) -> bool:
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,6 +514,34 @@ class HsdsChunkStore:
                 continue
             async for index in self._iter_dir(prefix, int(number)):
                 yield index
+
+    async def version(self) -> Hashable | None:
+        """The stored chunks with their validators (name, etag, time), from one
+        listing of the chunk directory with infos (a local scan with ``stat``;
+        on S3, ListObjectsV2 pages, which also revalidate the block cache's
+        copies); None for a v1 layout, past ``MAX_VERSIONED_CHUNKS``, or when
+        the domain's current listing, which ``read`` trusts for chunks not
+        stored, shows other chunks (it is older: this period cannot vouch)."""
+        if self._grid is None:
+            return ()
+        if not self._dset.is_v2:
+            return None
+        base = self._dset.chunk_dir()
+        listed = await self._store.list_tree(base, _every_key, MAX_VERSIONED_CHUNKS)
+        if listed is None:
+            return None
+        # The dataset's own JSON lives there too: its description is the tree's
+        # part of a version, and a new attribute changes no chunk.
+        found = [(key, info) for key, info in listed if not key.rpartition("/")[2].startswith(".")]
+        if self._index is not None and self._dset.uuid1 is not None:
+            # ``read`` answers "not stored" from the domain's listing: a version
+            # holds only if that listing shows the chunks this one does.
+            state = self._index.fresh(self._dset.uuid1)
+            if state is not None and set(state.listing.chunks.get(self._dset.uuid2 or "", ())) \
+                    != {key[len(base):] for key, _ in found}:
+                return None
+        return tuple(sorted((key, None, None) if info is None else (key, info.etag, info.mtime)
+                            for key, info in found))
 
     def listing_ready(self) -> bool:
         """True for a dataset with no chunks, or whose domain's listing is current."""

@@ -417,6 +417,11 @@ class RefChunkStore:
     def listing_ready(self) -> bool:
         return True  # the names are in the reference file, in memory
 
+    async def version(self) -> None:
+        """None: the chunks' bytes are byte ranges of other files, whose own
+        validators this store does not list."""
+        return None
+
 
 class NoExternalStore:
     """An ``_EXTERNAL_ARRAY_LINK`` dataset on a mount that cannot read HDF5 files."""
@@ -448,6 +453,10 @@ class NoExternalStore:
 
     def listing_ready(self) -> bool:
         return True  # it fails at once
+
+    async def version(self) -> None:
+        """None: nothing is read."""
+        return None
 
 
 # --------------------------------------------------------------------------- the catalog
