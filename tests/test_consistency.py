@@ -42,6 +42,8 @@ TTL = 2.0
 #: Longer than ``TTL`` plus the kernel's attribute timeout (also ``TTL``).
 SETTLE = 2 * TTL + 1.0
 BUCKET = "live-consistency"
+#: Elements of /big: 1 MiB of int32 in four chunks.
+BIG = 1 << 18
 
 
 def _open(server: HsdsServer, mode: str) -> Any:
@@ -54,6 +56,8 @@ def _write_first(server: HsdsServer) -> None:
     server.ensure_folder("/home/admin/", owner="admin")
     with _open(server, "w") as f:
         f.create_dataset("d", data=np.arange(100, dtype="<i4"), chunks=(10,))
+        # Big enough (1 MiB) to be checked against storage at the end of a period.
+        f.create_dataset("big", data=np.arange(BIG, dtype="<i4"), chunks=(BIG // 4,))
         strings = f.create_dataset("s", shape=(20,), chunks=(10,),
                                    dtype=h5pyd.special_dtype(vlen=str))
         strings[...] = [f"v{i}" for i in range(20)]
@@ -61,12 +65,13 @@ def _write_first(server: HsdsServer) -> None:
 
 
 def _rewrite(server: HsdsServer) -> None:
-    """New values in chunk 5 of /d and chunk 0 of /s (longer strings), a new
+    """New values in chunk 5 of /d, chunk 0 of /big and chunk 0 of /s (longer strings), a new
     attribute and a new dataset: what a writer does to a live domain. (h5pyd
     1.0 re-sends every attribute of an object it wrote to, and HSDS answers
     409 for one that exists, so /d gets its first attribute here.)"""
     with _open(server, "r+") as f:
         f["d"][50:60] = np.arange(1000, 1010, dtype="<i4")
+        f["big"][0:10] = -1
         f["s"][0:10] = [f"a much longer value {i}" for i in range(10)]
         f["d"].attrs["version"] = 2
         f.create_dataset("added", data=np.arange(3, dtype="<i4"))
@@ -94,15 +99,17 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     with h5py.File(view, "r") as f:  # the file view, built and kept now
         assert f["d"][50:60].tolist() == list(range(50, 60))
         assert "added" not in f and "version" not in f["d"].attrs
-    old_chunk = (root / "d/5").read_bytes()
+    big = np.load(root / "big.npy")
+    assert big.tolist() == list(range(BIG))
+    big_chunk = (root / "big/1").read_bytes()
 
-    # A later period with nothing written: storage shows /d unchanged, so the
+    # A later period with nothing written: storage shows /big unchanged, so the
     # kernel keeps the pages of its chunk files and .npy (no read reaches the
     # daemon) and the decoded chunks stay cached.
     time.sleep(SETTLE)
     before = _stats(mp)
-    assert np.load(root / "d.npy")[50:60].tolist() == list(range(50, 60))
-    assert (root / "d/5").read_bytes() == old_chunk
+    np.testing.assert_array_equal(np.load(root / "big.npy"), big)
+    assert (root / "big/1").read_bytes() == big_chunk
     after = _stats(mp)
     # The only reads between are those of reading a document itself.
     per_document = _stats(mp)["requests"]["read"] - after["requests"]["read"]
@@ -114,7 +121,9 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     time.sleep(SETTLE)
 
     assert np.frombuffer((root / "d/5").read_bytes(), "<i4").tolist() == list(range(1000, 1010))
-    assert _stats(mp)["caches"]["chunks"]["revalidated"] == revalidated  # /d changed
+    changed = np.load(root / "big.npy")  # /big changed: read again, not revalidated
+    assert changed[:10].tolist() == [-1] * 10 and changed[10:].tolist() == list(range(10, BIG))
+    assert _stats(mp)["caches"]["chunks"]["revalidated"] == revalidated
     with open(root / "d.npy", "rb") as npy:  # through the page cache, as numpy reads it
         values = np.load(npy)
     assert values[50:60].tolist() == list(range(1000, 1010))

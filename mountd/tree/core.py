@@ -28,6 +28,7 @@ work).
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 LOAD_BATCH = 256
 #: Batches loaded at once (remote stores overlap their round trips).
 LOAD_CONCURRENCY = 4
+#: Smallest dataset (decoded bytes its chunk grid can hold) whose cached chunks
+#: and pages are checked against storage at the end of a period, not dropped.
+VERSIONED_BYTES = 1 << 20
 
 
 class Tree:
@@ -197,8 +201,10 @@ class Tree:
     async def data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable:
         """The data epoch of ``ds`` now (``mountd.cache.dataepochs``): the period,
         or the first of the periods its stored chunks and description have
-        stayed the same through. With ``ttl`` 0 nothing outlives its call."""
-        if self.ttl <= 0:
+        stayed the same through. With ``ttl`` 0 nothing outlives its call; a
+        dataset of less than ``VERSIONED_BYTES`` is read again rather than
+        checked (a walk or a ``D.h5`` build reads thousands of small ones once)."""
+        if self.ttl <= 0 or chunkbatch.chunk_bytes(ds) * math.prod(ds.grid) < VERSIONED_BYTES:
             return self.epoch()
         return await self.data_epochs.data_epoch((op.domain.path, ds.id), self.epoch(),
                                                  lambda: _version(ds))

@@ -363,16 +363,19 @@ class HsdsChunkStore:
             return False
         return await self._store.exists(self.key(index))
 
+    def _listed_chunks(self) -> list[str] | None:
+        """The chunk names the domain's current listing shows, if it has one."""
+        if self._index is None or self._dset.uuid1 is None:
+            return None
+        state = self._index.fresh(self._dset.uuid1)
+        return None if state is None else state.listing.chunks.get(self._dset.uuid2 or "", [])
+
     def _not_stored(self, key: str) -> bool:
         """True if the domain's current listing shows ``key`` is not stored: a
         dataset of a few chunks (a scalar's one) is not asked for one it lacks."""
-        if self._index is None or self._dset.uuid1 is None:
-            return False
-        state = self._index.fresh(self._dset.uuid1)
-        if state is None:
-            return False
-        names = state.listing.chunks.get(self._dset.uuid2 or "", ())
-        return len(names) <= KNOWN_ABSENT and key[len(self._dset.chunk_dir()):] not in names
+        names = self._listed_chunks()
+        return names is not None and len(names) <= KNOWN_ABSENT and \
+            key[len(self._dset.chunk_dir()):] not in names
 
     async def read(self, index: ChunkIndex) -> bytes | None:
         if not self._in_grid(index):
@@ -526,6 +529,9 @@ class HsdsChunkStore:
             return ()
         if not self._dset.is_v2:
             return None
+        names = self._listed_chunks()
+        if names is not None and len(names) > MAX_VERSIONED_CHUNKS:
+            return None
         base = self._dset.chunk_dir()
         listed = await self._store.list_tree(base, _every_key, MAX_VERSIONED_CHUNKS)
         if listed is None:
@@ -533,13 +539,11 @@ class HsdsChunkStore:
         # The dataset's own JSON lives there too: its description is the tree's
         # part of a version, and a new attribute changes no chunk.
         found = [(key, info) for key, info in listed if not key.rpartition("/")[2].startswith(".")]
-        if self._index is not None and self._dset.uuid1 is not None:
-            # ``read`` answers "not stored" from the domain's listing: a version
-            # holds only if that listing shows the chunks this one does.
-            state = self._index.fresh(self._dset.uuid1)
-            if state is not None and set(state.listing.chunks.get(self._dset.uuid2 or "", ())) \
-                    != {key[len(base):] for key, _ in found}:
-                return None
+        # ``read`` answers "not stored" from the domain's listing: a version holds
+        # only if that listing (made before this one, or since) shows these chunks.
+        names = self._listed_chunks()
+        if names is not None and set(names) != {key[len(base):] for key, _ in found}:
+            return None
         return tuple(sorted((key, None, None) if info is None else (key, info.etag, info.mtime)
                             for key, info in found))
 
