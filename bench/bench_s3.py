@@ -12,7 +12,9 @@ measures:
   by one read), page cache dropped; with ``--cache-decoded`` those mounts add
   ``-o cache_decoded``, so the cache_dir holds every chunk decoded as well;
   and, as a diagnostic, a second ``cat`` on the (a) mount, served by the
-  kernel's page cache;
+  kernel's page cache; and a third once that mount's ``metadata_ttl``
+  (``TTL``) has passed, storage unchanged (issue 27: at least 3x the cold
+  read);
 - (c) what the network allows: plain aiobotocore GETs of the same chunk
   objects plus the mount's decoder on 2 threads (``bench.s3peers``), and
   the same with ``numcodecs.blosc`` decoding (issue 15's peer);
@@ -67,6 +69,10 @@ log = logging.getLogger("bench.bench_s3")
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OPTIONS = "cache_size=512M,chunk_cache=256M"
 STREAM_PASSES = 4
+#: ``metadata_ttl`` of the (a) mounts, and how long after the page-cache ``cat``
+#: the (b) after-ttl ``cat`` starts: past the end of the period.
+TTL = 10.0
+TTL_WAIT = TTL + 1.0
 MIB = float(1 << 20)
 QUIET_LOGGERS = ("botocore", "boto3", "urllib3", "s3transfer", "aiobotocore", "h5pyd")
 
@@ -86,6 +92,8 @@ def new_cases() -> dict[str, Case]:
              "every block, page cache dropped"),
         Case("b_page", "(b) page cache", "`cat` again on the (a) mount: the kernel's page "
              "cache; diagnostic"),
+        Case("b_ttl", "(b) after metadata_ttl", f"`cat` once more on the (a) mount, "
+             f"{TTL_WAIT:.0f} s later (its `metadata_ttl` is {TTL:.0f} s), storage unchanged"),
         Case("c", "(c) network + decode", f"aiobotocore GETs of the chunk objects, "
              f"{s3peers.CONCURRENCY} in flight, + `decode_chunk` on {s3peers.DECODE_THREADS} "
              "threads, no FUSE"),
@@ -247,18 +255,21 @@ def run_many(run: Run) -> None:
 
 
 def run_cold(run: Run) -> None:
-    """(a) cold ``cat`` on fresh mounts, each followed by a page-cache ``cat`` (b)."""
-    cold, page = run.cases["a_cold"], run.cases["b_page"]
+    """(a) cold ``cat`` on fresh mounts, each followed by a page-cache ``cat`` (b)
+    and, once the mount's ``metadata_ttl`` has passed, one more (b after ttl)."""
+    cold, page, ttl = run.cases["a_cold"], run.cases["b_page"], run.cases["b_ttl"]
     peaks: list[float] = []
     for attempt in range(run.ctx.repeat):
         def one(attempt: int = attempt) -> list[Timed]:
             bench_npy.drop_caches_noted(cold)
-            with s3_mount(run, "mnt", run.options) as (mp, pids):
+            with s3_mount(run, "mnt", f"{run.options},metadata_ttl={TTL:g}") as (mp, pids):
                 npy = npy_path(mp)
                 runs = [timed(run.ctx, cold, _cat(npy), pids)]
                 if "h5mount" in pids:
                     peaks.append(vm_hwm_mib(pids["h5mount"]))
                 runs.append(timed(run.ctx, page, _cat(npy), pids))
+                time.sleep(TTL_WAIT)
+                runs.append(timed(run.ctx, ttl, _cat(npy), pids))
                 if attempt == 0:
                     bench_npy.check_npy(npy)
             return runs
@@ -464,7 +475,7 @@ def run(args: argparse.Namespace) -> int:
             _guard(current, ("h5py",), run_h5py)
             reason = _mount_ready(current)
             if reason is None:
-                _guard(current, ("a_cold", "b_page"), run_cold)
+                _guard(current, ("a_cold", "b_page", "b_ttl"), run_cold)
                 _guard(current, ("b_warm",), run_warm)
                 _guard(current, ("ls_cold", "ls_warm"), run_ls)
                 _guard(current, ("ls_local",), run_ls_local)
@@ -472,8 +483,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 log.warning("the mount cannot serve the bucket yet: %s", reason)
                 current.notes.append(f"Mount cases not run: {reason}")
-                for key in ("a_cold", "b_warm", "b_page", "ls_cold", "ls_warm", "ls_local",
-                            "stream"):
+                for key in ("a_cold", "b_warm", "b_page", "b_ttl", "ls_cold", "ls_warm",
+                            "ls_local", "stream"):
                     cases[key].status = "not available"
         seconds = time.perf_counter() - t0
         report = s3report.Report(current, started, seconds, cache_budget_mib(args.options),

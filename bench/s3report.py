@@ -53,6 +53,7 @@ TARGETS = (
     Target("cold (a) >= 0.8x (c) with h5mount's decoder (diagnostic)", "a_cold", "c", 0.8),
     Target("cold (a) >= 4x h5pyd (d)", "a_cold", "d", 4.0),
     Target("warm (b) >= 3x h5py on the local file (f)", "b_warm", "h5py", 3.0),
+    Target("after metadata_ttl, storage unchanged (b) >= 3x cold (a)", "b_ttl", "a_cold", 3.0),
     Target("`ls -lR` cold >= 10x faster than h5pyd `visititems`", "ls_cold", "visit", 10.0,
            faster=True),
     Target("`ls -lR` cold, local-disk bucket (as `visititems`'s HSDS) >= 10x faster",
