@@ -334,3 +334,34 @@ def test_a_new_period_decodes_again() -> None:
             assert tree.held.budget == 0 and tree.held.hits == 0
             nursery.cancel_scope.cancel()
     trio.run(no_ttl)
+
+
+def test_held_memory_leases() -> None:
+    """Leases within the budget; one larger than all of it is refused without
+    taking anything back; idle or stale leases are taken back for a new one."""
+    clock = trio.testing.MockClock()
+    period = [0]
+
+    async def main() -> None:
+        held = HeldMemory(100, lambda: period[0], idle=5.0)
+        dropped: list[str] = []
+        a = held.lease(60, lambda: dropped.append("a"))
+        b = held.lease(30, lambda: dropped.append("b"))
+        assert a is not None and b is not None and held.used == 90
+        assert held.lease(20, lambda: None) is None
+        clock.jump(6.0)
+        b.touch()
+        assert held.lease(101, lambda: None) is None and not dropped
+        c = held.lease(20, lambda: dropped.append("c"))
+        assert c is not None and dropped == ["a"] and not a.fresh() and b.fresh()
+        assert held.used == 50 and held.reclaimed == 1 and held.refused == 2
+        a.release()
+        assert held.used == 50
+        period[0] = 1
+        assert not b.fresh() and not c.fresh()
+        d = held.lease(90, lambda: dropped.append("d"))
+        assert d is not None and dropped == ["a", "b", "c"] and held.used == 90
+        d.release()
+        d.release()
+        assert held.used == 0 and len(held) == 0
+    trio.run(main, clock=clock)

@@ -94,9 +94,9 @@ class HeldMemory:
         """``nbytes`` of the budget, or None when even taking back the idle and
         stale leases leaves no room. ``reclaim`` is called if the lease is
         taken back later."""
-        if nbytes > self.budget - self.used:
+        if self.used + nbytes > self.budget >= nbytes:
             self._take_back(nbytes)
-        if nbytes > self.budget - self.used:
+        if self.used + nbytes > self.budget:
             self.refused += 1
             return None
         lease = Lease(self, nbytes, self.epoch(), reclaim)
