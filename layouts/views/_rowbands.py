@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 #: (at least one chunk): what it holds besides the band.
 GROUP_BYTES = 16 << 20
 #: How far a reader's requests may trail its newest one: the band before is
-#: kept until the reads are this many bytes (at most a quarter band) past it.
+#: kept until the reads are this many bytes (at most a band) past it.
 BEHIND = 8 << 20
 
 
@@ -91,7 +91,7 @@ class ChunkRows:
         self.length = shape[0]
         self.inner = math.prod(shape[1:])
         self.rows = ds.chunks[0]
-        self.count = -(-shape[0] // self.rows)
+        self.count = -(-self.length // self.rows)
         self.per_row = math.prod(-(-s // c) for s, c in zip(shape[1:], ds.chunks[1:],
                                                               strict=True))
         self.behind = min(BEHIND // item.itemsize, self.rows * self.inner)
