@@ -268,8 +268,7 @@ class MountConfig:
              "whole rows touches); when the cache cannot hold one, the open file holds the "
              f"chunk rows it reads apart from the cache instead (up to {ROW_BANDS_BYTES >> 20} "
              "MiB for all open files, else each chunk is decoded again per band of rows), and "
-             "the log says "
-             "once per dataset what size would do")
+             "the log says once per dataset what size would do")
     readahead: int = option(
         size(), default=1 << 20,
         help="largest read the kernel sends, set on the mount's own bdi when run as root "
