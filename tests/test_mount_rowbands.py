@@ -132,9 +132,11 @@ def misses(mp: Path) -> int:
 
 @pytest.fixture
 def mount(bucket: Path, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """The mount, and its log file. A long ``metadata_ttl``: a pass that crossed
+    into a new period would decode the chunk row it is in again."""
     log = tmp_path / "h5mount.log"
     with mounted(bucket, tmp_path / "mp", "--log-file", str(log), "-o",
-                 "chunk_cache=1M,metadata_ttl=600") as mp:
+                 "chunk_cache=1M,metadata_ttl=86400") as mp:
         yield mp, log
 
 

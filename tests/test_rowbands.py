@@ -100,11 +100,16 @@ async def sequential(reader: NpyReader, step: int, at_once: int = 1,
     return bytes(out)
 
 
+#: The tree's ``metadata_ttl``: no period ends during a test (bands are served
+#: in the period they were decoded in; ``test_a_new_period_decodes_again``).
+TTL = 1e9
+
+
 def run(main: Callable[[Tree], Awaitable[None]], ds: Dataset, budget: int = SMALL,
         clock: trio.abc.Clock | None = None) -> None:
     async def outer() -> None:
         async with trio.open_nursery() as nursery:
-            tree = make_tree(catalog_with(x=ds), views=[NpyView()],
+            tree = make_tree(catalog_with(x=ds), views=[NpyView()], ttl=TTL,
                              chunk_cache=ChunkCache(budget, nursery))
             await main(tree)
             nursery.cancel_scope.cancel()
