@@ -263,7 +263,7 @@ def run_decode(run: Run) -> None:
 def ref_mount(run: Run, ctx: bench_npy.Context) -> Iterator[tuple[Path, dict[str, int]]]:
     """A fresh ``h5mount REF-URL workdir/mnt`` with ``ctx``'s options; the pids to watch."""
     started = time.perf_counter()
-    with bench_npy.bench_mount(run.ref_url, run.workdir / "mnt", *ctx.h5mount_args) as (mp, pid):
+    with bench_npy.bench_mount(run.ref_url, run.workdir / "mnt", *ctx.h5mount_args()) as (mp, pid):
         run.facts.setdefault("mount_s", []).append(time.perf_counter() - started)
         yield mp, run.pids({} if pid is None else {"h5mount": pid})
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from layouts.storage import DEFAULT_MAX_METADATA
 from mountd import logsafe
+from mountd.cache.held import ROW_BANDS_BYTES
 
 #: ``-o log_level=`` values, as ``--log-level`` takes them.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -262,7 +263,12 @@ class MountConfig:
              "start later")
     chunk_cache: int = option(
         size(), default=256 << 20,
-        help="memory for decoded chunks, so that a sequential read decodes each chunk once")
+        help="memory for decoded chunks, so that a sequential read decodes each chunk once. "
+             "A `.npy` read sequentially crosses a whole chunk row (the chunks a band of "
+             "whole rows touches); when the cache cannot hold one, the open file holds the "
+             f"chunk rows it reads apart from the cache instead (up to {ROW_BANDS_BYTES >> 20} "
+             "MiB for all open files, else each chunk is decoded again per band of rows), and "
+             "the log says once per dataset what size would do")
     readahead: int = option(
         size(), default=1 << 20,
         help="largest read the kernel sends, set on the mount's own bdi when run as root "

@@ -434,7 +434,9 @@ class Operations(pyfuse3.Operations):
 
     async def release(self, fh: int) -> None:
         self.requests["release"] += 1
-        self._files.pop(fh, None)
+        handle = self._files.pop(fh, None)
+        if handle is not None:
+            handle.close()
 
     # -- everything that would modify: read-only ------------------------
 

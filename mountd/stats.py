@@ -87,6 +87,7 @@ class Reporter:
 
     def _caches(self) -> dict[str, dict[str, int]]:
         catalog, memo, chunks = self.catalog, self.tree.memo, self.tree.chunk_cache
+        held = self.tree.held
         caches = {
             "metadata": {"hits": catalog.hits, "misses": catalog.misses,
                          "evictions": catalog.evictions, "rearmed": catalog.rearmed,
@@ -99,6 +100,11 @@ class Reporter:
                        "budget_bytes": chunks.budget,
                        "versions": self.tree.data_epochs.learnt,
                        "revalidated": self.tree.data_epochs.kept},
+            # What open .npy files hold apart from the chunk cache: hits are reads
+            # served from it, misses leases refused, evictions leases taken back.
+            "row_bands": {"hits": held.hits, "misses": held.refused,
+                          "evictions": held.reclaimed, "bytes": held.used,
+                          "budget_bytes": held.budget},
         }
         blocks = self.block_cache
         if blocks is not None:

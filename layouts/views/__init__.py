@@ -15,6 +15,7 @@ Concurrency: views are stateless; each module says what it shares.
 from layouts.views._api import (
     AHEAD_CHUNKS,
     FileView,
+    Lease,
     Readahead,
     Reader,
     View,
@@ -29,6 +30,7 @@ __all__ = [
     "AHEAD_CHUNKS",
     "VIEWS",
     "FileView",
+    "Lease",
     "Readahead",
     "Reader",
     "View",

@@ -49,7 +49,7 @@ its own state with no ``await`` in between, or guards it with a lock.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -69,6 +69,24 @@ class Readahead(Protocol):
     def observe(self, offset: int, size: int) -> int:
         """Record a read of ``size`` bytes at ``offset``; how many bytes after
         it to fetch ahead (0 while the reads are not sequential)."""
+        ...
+
+
+class Lease(Protocol):
+    """Memory a reader holds for itself outside the chunk cache, charged to
+    the mount's budget until released (``ViewContext.lease``)."""
+
+    def fresh(self) -> bool:
+        """True while what the lease holds may be served: not taken back, and
+        made in the mount's current period (``metadata_ttl``)."""
+        ...
+
+    def touch(self) -> None:
+        """Record a use (one read served from it): a lease in use is not idle."""
+        ...
+
+    def release(self) -> None:
+        """Give the memory back (a second call does nothing)."""
         ...
 
 
@@ -122,6 +140,19 @@ class ViewContext(Protocol):
         decoded bytes plus what the chunk cache spends on it."""
         ...
 
+    def cache_holds(self, ds: Dataset, count: int) -> bool:
+        """Whether the chunk cache holds ``count`` chunks of ``ds`` at once
+        beside its readahead. When it does not, the mount logs that once per
+        dataset, with the cache size that would."""
+        ...
+
+    def lease(self, nbytes: int, reclaim: Callable[[], None]) -> Lease | None:
+        """``nbytes`` of the mount's budget for memory readers hold themselves,
+        or None when it has no room. The mount may take an idle lease back
+        for another reader: it then calls ``reclaim``, which must drop what
+        the lease held, with no ``await``."""
+        ...
+
     def readahead(self) -> Readahead:
         """A new readahead window for one reader, sized for this mount's chunk
         cache (one that never reads ahead when there is no room)."""
@@ -157,6 +188,10 @@ class Reader(ABC):
         A memoryview may be the reader's own buffer: it is copied before the
         reader is awaited again."""
 
+    def close(self) -> None:  # noqa: B027 - most readers hold nothing to give back
+        """The file is closed: give back what the reader holds (its leases,
+        its background work). No read follows."""
+
 
 class ViewFile(ABC):
     """A file a view shows, ``P<suffix>``. Its methods get the context of the
@@ -172,11 +207,14 @@ class ViewFile(ABC):
         content is read through once, ``SIZE_STEP`` bytes at a time."""
         reader = await self.open(ctx)
         total = 0
-        while True:
-            got = len(await reader.read(total, SIZE_STEP))
-            total += got
-            if got < SIZE_STEP:
-                return total
+        try:
+            while True:
+                got = len(await reader.read(total, SIZE_STEP))
+                total += got
+                if got < SIZE_STEP:
+                    return total
+        finally:
+            reader.close()
 
     @abstractmethod
     async def open(self, ctx: ViewContext) -> Reader:

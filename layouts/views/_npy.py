@@ -21,6 +21,14 @@ slice of it, with no per-chunk work at all. Chunks that are not stored read
 as the fill value; a chunk that cannot be read fails the reads that need it
 (EIO) and no others.
 
+Chunk rows: when the chunk cache cannot hold one chunk row of the dataset,
+a sequential reader decodes each chunk row once into memory of its own
+(``layouts.views._rowbands``) and serves its reads from it, instead of
+decoding every chunk again for each band of rows; it then prefetches
+nothing through the chunk cache (its next chunk row is assembled in the
+background instead). The rest of this docstring is the ordinary way, for
+every other read.
+
 Readahead: each reader has a readahead window from the context (about
 1 MiB at first, doubling while the reads are sequential, up to a quarter of
 the chunk cache, back to nothing after a jump). After each read, the chunks holding the
@@ -37,8 +45,9 @@ type (compound, strings, references) is moved byte for byte in the dataset's
 own byte order.
 
 Concurrency: a reader's only mutable state is its readahead window, its
-watermark and its band, each set with no ``await`` in between; concurrent
-reads of one reader are safe (the last band gathered is the one kept). A
+watermark, its band and its chunk rows (see ``_rowbands``), each set with no
+``await`` in between; concurrent reads of one reader are safe (the last band
+gathered is the one kept). ``close`` gives back the chunk rows. A
 band holds chunk bytes as they were when it was gathered, for as long as the
 file stays open and the reads stay in it, as the kernel's page cache does.
 The NPY header is memoised with the dataset (``ctx.keep``).
@@ -57,6 +66,7 @@ import numpy as np
 from layouts.model import ChunkIndex, Dataset
 from layouts.views._api import AHEAD_CHUNKS, FileView, Reader, ViewContext
 from layouts.views._arrays import Box, chunks_of_box, fill_box
+from layouts.views._rowbands import ChunkRows
 
 #: The memo key of a dataset's NPY header.
 HEADER_KEY = "npy-header"
@@ -199,6 +209,8 @@ class NpyReader(Reader):
         self.readahead = ctx.readahead()
         #: First element not yet covered by an accepted prefetch.
         self.prefetched_to = 0
+        #: The chunk rows it holds when the chunk cache cannot (``_rowbands``).
+        self.chunk_rows = ChunkRows(ctx, ds, self.item, self.fill) if self.shape else None
 
     async def read(self, offset: int, size: int) -> bytes | memoryview:
         end = min(offset + size, self.size)
@@ -211,13 +223,28 @@ class NpyReader(Reader):
         d0, d1 = max(offset, hlen) - hlen, end - hlen
         e0, e1 = d0 // self.itemsize, -(-d1 // self.itemsize)
         ahead = self.readahead.observe(offset, end - offset)
-        if not ahead:
-            self.prefetched_to = e1
-        elif self.shape:
-            self._prefetch(e1, min(self.elements, e1 + -(-ahead // self.itemsize)), ahead)
-        raw = (await self._elements(e0, e1, ahead)).view(np.uint8)
+        got = await self._from_bands(e0, e1)
+        if got is None:
+            if not ahead:
+                self.prefetched_to = e1
+            elif self.shape:
+                self._prefetch(e1, min(self.elements, e1 + -(-ahead // self.itemsize)), ahead)
+            got = await self._elements(e0, e1, ahead)
+        raw = got.view(np.uint8)
         data = memoryview(raw[d0 - e0 * self.itemsize:d1 - e0 * self.itemsize])
         return head + bytes(data) if head else data
+
+    async def _from_bands(self, e0: int, e1: int) -> np.ndarray | None:
+        """Elements ``[e0, e1)`` from the chunk rows the reader holds, or None:
+        read them the ordinary way (and prefetch through the chunk cache)."""
+        if self.chunk_rows is None:
+            return None
+        bands = self.chunk_rows.claim(e0, e1)
+        return None if bands is None else await self.chunk_rows.elements(bands, e0, e1)
+
+    def close(self) -> None:
+        if self.chunk_rows is not None:
+            self.chunk_rows.close()
 
     def _filled_chunk(self) -> bytes:
         """A whole chunk of the fill value (made when first needed)."""

@@ -6,8 +6,9 @@ I/O), the registered views, the memo of derived values, the times of
 entries, the decoded-chunk cache keyed per data epoch (``chunk``, ``chunks``,
 ``prefetch_chunks``: the ``ttl``-long periods through which a dataset's
 stored chunks stayed the same, ``mountd.cache.dataepochs``) with the
-readahead of chunk files read in grid order, and the page-cache rule of
-files (``keep_pages``). It makes the
+readahead of chunk files read in grid order and whether a reader's chunks
+fit in it (``cache_holds``), the memory open files hold apart from it
+(``held``), and the page-cache rule of files (``keep_pages``). It makes the
 parts that own the rest: where entries are (``places``,
 ``mountd.tree.paths``), link resolution (``links``), object references
 (``refs``), loading ahead (``preload``) and the sizes of view files
@@ -37,10 +38,11 @@ import trio
 
 from layouts.model import AnyObject, Catalog, ChunkIndex, Dataset, Domain, Group
 from layouts.views import FileView, View
-from mountd.cache import chunkbatch
-from mountd.cache.chunkahead import GridReadahead
+from mountd.cache import cachefit, chunkbatch
+from mountd.cache.chunkahead import GridReadahead, chunk_unit
 from mountd.cache.chunkcache import ChunkCache
 from mountd.cache.dataepochs import DataEpochs
+from mountd.cache.held import ROW_BANDS_BYTES, HeldMemory
 from mountd.cache.memo import Memo
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
@@ -85,11 +87,14 @@ class Tree:
         #: Periods started early by ``refresh`` (part of every ``epoch``).
         self._refreshes = 0
         #: Largest readahead, in bytes of decoded chunks: a quarter of the chunk cache.
-        self.readahead_cap = min(readahead.CAP, self.chunk_cache.budget // 4)
+        self.readahead_cap = cachefit.readahead_cap(self.chunk_cache.budget)
         self.grid_readahead = GridReadahead(self.readahead_cap)
         self.started = time.time()
         #: ``-o metadata_ttl``: how long anything read from storage may be served.
         self.ttl = ttl
+        #: What open files hold apart from the chunk cache (none when nothing
+        #: decoded is kept, ``metadata_ttl=0``).
+        self.held = HeldMemory(ROW_BANDS_BYTES if ttl > 0 else 0, self.epoch)
         self.places = Places(catalog)
         self.links = Links(catalog, self.obj)
         self.refs = RefIndex(self.obj, self.epoch)
@@ -244,6 +249,17 @@ class Tree:
         this dataset's chunk files are being read in that order."""
         self.grid_readahead.on_read((op.domain.path, ds.id), ds, index,
                                     lambda ahead: self.prefetch_chunks(op, ds, ahead))
+
+    def cache_holds(self, op: ObjPath, ds: Dataset, count: int) -> bool:
+        """Whether the chunk cache holds ``count`` chunks of ``ds`` beside its
+        readahead; if not, the mount says so in its log, once per dataset."""
+        budget, need = self.chunk_cache.budget, count * chunk_unit(ds)
+        if cachefit.holds(budget, need):
+            return True
+        where = f"{op.h5path} in {op.domain.path}" if op.domain.path else op.h5path
+        cachefit.warn_small(where, budget, count, need,
+                            band=count * chunkbatch.chunk_bytes(ds), held_budget=self.held.budget)
+        return False
 
     def readahead(self) -> readahead.ReadaheadWindow:
         """A new readahead window for one reader of decoded chunks, up to

@@ -352,6 +352,9 @@ class FileHandle(ABC):
         the FUSE layer reads it before the next await.
         """
 
+    def close(self) -> None:  # noqa: B027 - most handles hold nothing to give back
+        """The file is released: give back what the handle holds. No read follows."""
+
 
 class FileNode(Node):
     type = NodeType.FILE

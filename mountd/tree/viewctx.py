@@ -6,7 +6,8 @@ an object without letting a view's failure spread: ``shows`` (does a view
 apply, for a listing or a symlink) and ``sidecar_keys`` (the keys views add
 to a sidecar). A context gives a view the object and its path, other
 objects by path (``Links.resolve``) or reference (``RefIndex``), chunks
-through the tree's chunk cache, a readahead window, the memo (keyed by the
+through the tree's chunk cache, a readahead window, leases of the tree's
+held memory (``mountd.cache.held``), the memo (keyed by the
 object's domain and id, so hard-linked aliases share values) and the
 nursery; and it records every object ``child`` and ``deref`` returned
 (``seen``), so what the tree derives through it (a view file's size, a
@@ -21,13 +22,13 @@ reader keeps its context for the life of the handle.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from layouts.model import AnyObject, ChunkIndex, Dataset, ObjectRef
-from layouts.views import Readahead, View
+from layouts.views import Lease, Readahead, View
 from mountd.cache.chunkahead import chunk_unit
 from mountd.errors import MountError, StorageError, report_unexpected
 from mountd.tree.paths import ObjPath, root_path
@@ -94,6 +95,12 @@ class ObjectContext:
 
     def chunk_cost(self, ds: Dataset) -> int:
         return chunk_unit(ds)
+
+    def cache_holds(self, ds: Dataset, count: int) -> bool:
+        return self._tree.cache_holds(self.op, ds, count)
+
+    def lease(self, nbytes: int, reclaim: Callable[[], None]) -> Lease | None:
+        return self._tree.held.lease(nbytes, reclaim)
 
     def readahead(self) -> Readahead:
         return self._tree.readahead()

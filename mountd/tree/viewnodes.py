@@ -1,7 +1,8 @@
 """The nodes of views: the ``P<suffix>`` files conventions show.
 
 Owns ``ViewFileNode`` (a view's file beside an object) and the handle of an
-open view file; ``mountd.tree.viewsizes`` keeps the sizes views compute.
+open view file, which closes its reader when the file is released;
+``mountd.tree.viewsizes`` keeps the sizes views compute.
 
 Every operation reads the object afresh, makes a context for it
 (``mountd.tree.viewctx``) and asks the view whether it still applies: an
@@ -53,6 +54,9 @@ class ViewHandle(FileHandle):
 
     async def read(self, offset: int, size: int) -> bytes | memoryview:
         return await self.reader.read(offset, size)
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 class ViewFileNode(InDomain, FileNode):
