@@ -209,10 +209,14 @@ class Tree:
         stayed the same through. With ``ttl`` 0 nothing outlives its call; a
         dataset of less than ``VERSIONED_BYTES`` is read again rather than
         checked (a walk or a ``D.h5`` build reads thousands of small ones once)."""
-        if self.ttl <= 0 or chunkbatch.chunk_bytes(ds) * math.prod(ds.grid) < VERSIONED_BYTES:
+        if self._unversioned(ds):
             return self.epoch()
         return await self.data_epochs.data_epoch((op.domain.path, ds.id), self.epoch(),
                                                  lambda: _version(ds))
+
+    def _unversioned(self, ds: Dataset) -> bool:
+        """True if ``ds``'s data epoch is simply the period (see ``data_epoch``)."""
+        return self.ttl <= 0 or chunkbatch.chunk_bytes(ds) * math.prod(ds.grid) < VERSIONED_BYTES
 
     async def chunk(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> bytes | None:
         """A decoded chunk through the shared cache; None if it is not stored."""
@@ -237,7 +241,8 @@ class Tree:
     def prefetch_chunks(self, op: ObjPath, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
         """Start decoding chunks in the background, in batches; how many of
         ``indices`` (from the first) the cache accepted for now."""
-        epoch = self.data_epochs.known((op.domain.path, ds.id), self.epoch())
+        epoch = self.epoch() if self._unversioned(ds) else \
+            self.data_epochs.known((op.domain.path, ds.id), self.epoch())
         if epoch is None:  # not before this period's version is learnt (by a read)
             return 0
         return self.chunk_cache.prefetch_many(
