@@ -72,6 +72,7 @@ from numcodecs import blosc
 from bench import data as benchdata
 from bench import memfs
 from layouts.hdf5._inflate import unblosc
+from mountd.control import REUSE
 from tests import mounting
 
 log = logging.getLogger("bench.bench_npy")
@@ -644,6 +645,14 @@ def _daemon(mp: Path) -> dict[str, int]:
     return {"h5mount": pids[0]} if len(pids) == 1 else {}
 
 
+def _requests(mp: Path) -> dict[str, Any]:
+    """The mount's FUSE requests and chunk-cache figures now, from its control
+    directory (a rendering is reused for ``REUSE`` seconds, so wait that out)."""
+    time.sleep(REUSE + 0.1)
+    doc = json.loads((mp / ".h5mount" / "stats.json").read_text())
+    return {"read": doc["requests"].get("read", 0), **doc["caches"]["chunks"]}
+
+
 def run_a(ctx: Context, cases: dict[str, Case]) -> None:
     """(a): cold then warm ``cat P.npy`` on a fresh mount; then a fresh mount, storage cached."""
     cold, warm, fresh = cases["a_cold"], cases["a_warm"], cases["a_fresh"]
@@ -664,7 +673,14 @@ def run_a(ctx: Context, cases: dict[str, Case]) -> None:
                 seconds, size = timed_cat(npy)
                 third[:] = [size / GIB / seconds]
                 time.sleep(TTL_WAIT)
+                before = _requests(mp)
                 runs.append(timed(ctx, after_ttl, _cat(npy), pids))
+                after = _requests(mp)
+                after_ttl.notes.append(
+                    f"run {run + 1}: {after['read'] - before['read']} read requests reached "
+                    f"the daemon, {after['misses'] - before['misses']} chunks decoded, "
+                    f"{after['revalidated'] - before['revalidated']} dataset version(s) "
+                    "found unchanged")
                 if run == 0:
                     check_npy(npy)
                     log.info("(a) data.npy content checked")
