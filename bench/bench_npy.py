@@ -1122,6 +1122,18 @@ def report_section(cases: dict[str, Case], ctx: Context, command: str,
         "A read that fills 1 GiB of fresh page cache pays some of that: (e) and (f) get an "
         "untimed first read for this reason. In a side test, cold (a) ran at the same speed "
         "with and without touching 2.5 GiB of memory just before (`--prefault-gib 2.5`).")
+    lines.extend(case_notes(cases, ctx))
+    lines.extend(f"- {note}" for note in ctx.facts.get("notes", []))
+    budget = cpu_budget(cases)
+    if budget:
+        lines.append(f"- {budget}")
+    lines.append(SECTION_END)
+    return "\n".join(lines) + "\n"
+
+
+def case_notes(cases: dict[str, Case], ctx: Context) -> list[str]:
+    """The note lines of ``cases``: each one's notes, CPU, and the runs other work disturbed."""
+    lines: list[str] = []
     for case in cases.values():
         lines.extend(f"- {case.label}: {note}" for note in case.notes)
         cpu = cpu_summary(case)
@@ -1134,12 +1146,7 @@ def report_section(cases: dict[str, Case], ctx: Context, command: str,
         if case.disturbed:
             lines.append(f"- {case.label}: {case.disturbed} kept run(s) were still disturbed "
                          f"by other work after {ctx.retries} retries")
-    lines.extend(f"- {note}" for note in ctx.facts.get("notes", []))
-    budget = cpu_budget(cases)
-    if budget:
-        lines.append(f"- {budget}")
-    lines.append(SECTION_END)
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def small_section(cases: dict[str, Case], ctx: Context, command: str,
@@ -1163,18 +1170,7 @@ def small_section(cases: dict[str, Case], ctx: Context, command: str,
         "",
         f"- h5mount options besides the ones named: `{ctx.mount_options or '(none)'}`.",
     ]
-    for case in cases.values():
-        lines.extend(f"- {case.label}: {note}" for note in case.notes)
-        cpu = cpu_summary(case)
-        if cpu:
-            lines.append(f"- {case.label}: CPU per run (medians): {cpu}, over "
-                         f"{statistics.median(case.seconds):.2f} s of wall time")
-        if case.retried:
-            lines.append(f"- {case.label}: {case.retried} run(s) repeated because other work "
-                         "used the CPUs meanwhile")
-        if case.disturbed:
-            lines.append(f"- {case.label}: {case.disturbed} kept run(s) were still disturbed "
-                         f"by other work after {ctx.retries} retries")
+    lines.extend(case_notes(cases, ctx))
     lines.append(SMALL_END)
     return "\n".join(lines) + "\n"
 
