@@ -259,8 +259,10 @@ class MountConfig:
         help="how long anything read from storage is served before it is read again: "
              "group and dataset metadata, decoded chunks, the kernel's attributes, entries "
              "and page cache of the mount's files, and cached remote blocks before their "
-             "ETag is checked; after it, every change in storage is visible to reads that "
-             "start later")
+             "ETag is checked (an HSDS dataset of 1 MiB or more keeps its decoded chunks and "
+             "the page cache of its chunk files and .npy while a listing of its chunks, once "
+             "a period, shows them unchanged); after it, every change in storage is visible "
+             "to reads that start later")
     chunk_cache: int = option(
         size(), default=256 << 20,
         help="memory for decoded chunks, so that a sequential read decodes each chunk once. "
