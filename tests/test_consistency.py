@@ -111,9 +111,12 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     np.testing.assert_array_equal(np.load(root / "big.npy"), big)
     assert (root / "big/1").read_bytes() == big_chunk
     after = _stats(mp)
-    # The only reads between are those of reading a document itself.
+    # No chunk is decoded again, and the kernel kept its pages: reading both
+    # files through the daemon takes some ten reads, and besides those of a
+    # document itself at most one gets there (a page the kernel let go).
+    assert after["caches"]["chunks"]["misses"] == before["caches"]["chunks"]["misses"]
     per_document = _stats(mp)["requests"]["read"] - after["requests"]["read"]
-    assert after["requests"]["read"] - before["requests"]["read"] == per_document
+    assert after["requests"]["read"] - before["requests"]["read"] <= per_document + 1
     revalidated = after["caches"]["chunks"]["revalidated"]
     assert revalidated > before["caches"]["chunks"]["revalidated"]
 

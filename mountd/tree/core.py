@@ -29,6 +29,7 @@ work).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -286,7 +287,10 @@ async def _version(ds: Dataset) -> Hashable | None:
     stored = await ds.store.version()
     if stored is None:
         return None
-    described = (ds.shape, ds.chunks, repr(ds.type.sidecar), repr(ds.fill_value),
-                 repr(ds.hdf5), stored)
+    # What decoding depends on, not how storage spelt it: an object's own JSON
+    # and HSDS's domain summary may order or annotate the same dataset differently.
+    filters = json.dumps(ds.hdf5.get("filters"), sort_keys=True, default=repr)
+    described = (ds.shape, ds.chunks, repr(ds.type.sidecar), repr(ds.fill_value), filters,
+                 stored)
     return hashlib.blake2b(repr(described).encode("utf-8", "surrogateescape"),
                            digest_size=16).digest()
