@@ -246,6 +246,13 @@ class ChunkStore(Protocol):
         ...
 
 
+async def no_version(store: ChunkStore) -> None:
+    """``ChunkStore.version`` of a store that cannot tell cheaply (its chunks are
+    byte ranges of other files, whose validators it does not list): assigned as
+    the method, ``version = no_version``."""
+    return None
+
+
 async def read_each(store: ChunkStore, indices: Sequence[ChunkIndex]
                     ) -> list[bytes | LayoutError | None]:
     """``ChunkStore.read_many`` for a store with no batch read of its own: its chunks

@@ -22,6 +22,7 @@ from layouts.model import (
     Group,
     VlenKind,
     get_each,
+    no_version,
     read_each,
 )
 from mountd.errors import MountError, NotFound
@@ -47,8 +48,7 @@ class MemoryChunks:
     def listing_ready(self) -> bool:
         return False
 
-    async def version(self) -> None:
-        return None
+    version = no_version
 
 
 class MemoryCatalog:

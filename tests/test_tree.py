@@ -24,6 +24,7 @@ from layouts.model import (
     LinkKind,
     ObjectKind,
     ObjectRef,
+    no_version,
     read_each,
 )
 from layouts.views import _npy as npy
@@ -426,8 +427,7 @@ class GeneratedChunks:
     def listing_ready(self) -> bool:
         return False
 
-    async def version(self) -> None:
-        return None
+    version = no_version
 
 
 def generated_dataset(obj_id: str, grid: tuple[int, ...], chunks: tuple[int, ...],

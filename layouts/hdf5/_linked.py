@@ -48,7 +48,7 @@ from layouts.bounds import MAX_CHUNK_BYTES
 from layouts.decoding import decode_sized
 from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, StorageError
 from layouts.hdf5._filters import Pipeline, decode, stored_limit
-from layouts.model import ChunkIndex, chunk_grid, in_chunk_grid, read_each
+from layouts.model import ChunkIndex, chunk_grid, in_chunk_grid, no_version, read_each
 from layouts.storage import ByteRange, Fetched, OpenUri, Store
 
 log = logging.getLogger(__name__)
@@ -340,10 +340,7 @@ class ContiguousRefStore:
     def listing_ready(self) -> bool:
         return True  # every chunk of the grid, from its shape alone
 
-    async def version(self) -> None:
-        """None: the chunks' bytes are byte ranges of other files, whose own
-        validators this store does not list."""
-        return None
+    version = no_version
 
 
 # --------------------------------------------------------------------------- chunked
@@ -408,7 +405,4 @@ class ChunkedRefStore:
     def listing_ready(self) -> bool:
         return False
 
-    async def version(self) -> None:
-        """None: the chunks' bytes are byte ranges of other files, whose own
-        validators this store does not list."""
-        return None
+    version = no_version

@@ -106,6 +106,7 @@ from layouts.model import (
     chunk_grid,
     get_each,
     in_chunk_grid,
+    no_version,
     read_each,
 )
 from layouts.storage import DEFAULT_MAX_METADATA, ByteRange, Fetched, OpenUri, Store, too_large
@@ -417,10 +418,7 @@ class RefChunkStore:
     def listing_ready(self) -> bool:
         return True  # the names are in the reference file, in memory
 
-    async def version(self) -> None:
-        """None: the chunks' bytes are byte ranges of other files, whose own
-        validators this store does not list."""
-        return None
+    version = no_version
 
 
 class NoExternalStore:
@@ -454,9 +452,7 @@ class NoExternalStore:
     def listing_ready(self) -> bool:
         return True  # it fails at once
 
-    async def version(self) -> None:
-        """None: nothing is read."""
-        return None
+    version = no_version
 
 
 # --------------------------------------------------------------------------- the catalog

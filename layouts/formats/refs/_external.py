@@ -65,7 +65,15 @@ from layouts.hdf5 import (
     pipeline,
     stored_limit,
 )
-from layouts.model import ChunkIndex, ChunkStore, VlenKind, chunk_grid, in_chunk_grid, read_each
+from layouts.model import (
+    ChunkIndex,
+    ChunkStore,
+    VlenKind,
+    chunk_grid,
+    in_chunk_grid,
+    no_version,
+    read_each,
+)
 from layouts.storage import OpenUri
 
 log = logging.getLogger(__name__)
@@ -266,10 +274,7 @@ class ExternalArrayStore:
     def listing_ready(self) -> bool:
         return False
 
-    async def version(self) -> None:
-        """None: the chunks' bytes are byte ranges of other files, whose own
-        validators this store does not list."""
-        return None
+    version = no_version
 
     async def read(self, index: ChunkIndex) -> bytes | None:
         if not self._in_grid(index):
