@@ -100,6 +100,7 @@ class Reporter:
                        "budget_bytes": chunks.budget,
                        "versions": self.tree.data_epochs.learnt,
                        "revalidated": self.tree.data_epochs.kept},
+            "pages": {"hits": self.tree.pages_kept, "misses": self.tree.pages_dropped},
             # What open .npy files hold apart from the chunk cache: hits are reads
             # served from it, misses leases refused, evictions leases taken back.
             "row_bands": {"hits": held.hits, "misses": held.refused,

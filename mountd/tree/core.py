@@ -85,6 +85,9 @@ class Tree:
         self.memo = Memo()
         #: Each dataset's data epoch: the periods its cached chunks stay current.
         self.data_epochs = DataEpochs()
+        #: Opens that let the kernel keep a file's pages, and opens that dropped them.
+        self.pages_kept = 0
+        self.pages_dropped = 0
         #: Periods started early by ``refresh`` (part of every ``epoch``).
         self._refreshes = 0
         #: Largest readahead, in bytes of decoded chunks: a quarter of the chunk cache.
@@ -202,7 +205,11 @@ class Tree:
         now = self.epoch() if data_epoch is None else data_epoch
         last = self.memo.get(("opened", key))
         self.memo.put(("opened", key), now, 16)
-        return last == now
+        if last == now:
+            self.pages_kept += 1
+            return True
+        self.pages_dropped += 1
+        return False
 
     async def data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable:
         """The data epoch of ``ds`` now (``mountd.cache.dataepochs``): the period,
