@@ -34,6 +34,7 @@ from mountd.cache.chunkcache import ChunkCache
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.tree import Tree, make_tree, meta
+from mountd.tree.datasets import DatasetDir
 from mountd.tree.groups import GroupDir
 from mountd.tree.names import display_name, escape, unescape
 from mountd.tree.nodes import (
@@ -822,6 +823,45 @@ def test_walking_dataset_dirs_in_order_lists_them_ahead() -> None:
             assert trio.current_time() == started
             nursery.cancel_scope.cancel()
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+class ListedChunks(GeneratedChunks):
+    """Chunks whose listing is at hand (a domain listed whole): listing costs no round trip."""
+
+    def listing_ready(self) -> bool:
+        return True
+
+
+def test_walking_dataset_dirs_in_order_makes_their_rows_ahead() -> None:
+    """With every chunk listing at hand, what is left to do before a dataset's
+    directory can be listed is making its rows (rendering its Zarr files for
+    their sizes): a walker opening datasets in order finds the next ones made
+    in the background, and the last ones are not made before the walk nears
+    them."""
+    datasets = {f"d{i:03d}": generated_dataset(f"d-{i}", (2,), (4,)) for i in range(40)}
+    for ds in datasets.values():
+        ds.store.__class__ = ListedChunks
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            tree = make_tree(CachedCatalog(catalog_with(**datasets), ttl=3600),
+                             chunk_cache=ChunkCache(1 << 20, nursery))
+            dirs = [node async for _, _, node, _ in (await tree.root()).open_listing().entries(0)
+                    if isinstance(node, DatasetDir)]
+            assert len(dirs) == 40
+            assert not any(d.loaded() for d in dirs)
+            async for _ in dirs[0].open_listing().entries(0):
+                pass
+            await trio.testing.wait_all_tasks_blocked()
+            assert dirs[1].loaded() and dirs[2].loaded()
+            assert not dirs[-1].loaded()
+            # the rows made ahead are the rows the walker gets
+            made = tree.memo.get(("rows", dirs[1].op.key), await tree.dataset(dirs[1].op),
+                                 dirs[1].op.domain)
+            names = [name async for _, name, _, _ in dirs[1].open_listing().entries(0)]
+            assert names == [row.name for row in made] == [".zarray", ".zattrs", "0", "1"]
+            nursery.cancel_scope.cancel()
+    trio.run(main)
 
 
 class SlowCatalog(MemoryCatalog):

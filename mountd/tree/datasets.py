@@ -11,10 +11,11 @@ object is fetched anew (``-o metadata_ttl``). A dataset whose rows (Zarr
 files and chunk files) fit one ``STREAM_BATCH`` also has its rows, with
 their stats, memoised with the dataset object and the domain, and is
 listed whole from them (``SmallOrStreamListing``): listing it again makes
-no node, no stream and renders nothing. A small dataset (at most
-``SMALL_LISTING`` chunks) is listed ahead in the background when a walker
-is coming (``mountd.tree.preload``). Reading chunk files in grid order prefetches the
-next chunks (``Tree.chunk_file_read``).
+no node, no stream and renders nothing. When a walker is coming
+(``mountd.tree.preload``), a small dataset (at most ``SMALL_LISTING``
+chunks) is listed ahead in the background and its rows are made (its Zarr
+files rendered for their sizes), so the walker finds them memoised. Reading
+chunk files in grid order prefetches the next chunks (``Tree.chunk_file_read``).
 
 Concurrency: nodes are immutable; a listing is one stream per open
 directory, and what it learns is memoised by synchronous calls.
@@ -107,10 +108,18 @@ class DatasetDir(ObjectDir):
         a listing of it ahead to end."""
         ds = await self.tree.dataset(self.op)
         self.tree.preload.dir_opened(self)
+        kept = self._kept_rows(ds)
+        if kept is None:
+            await self.tree.preload.finished(self.op.key)
+            kept = self._kept_rows(ds)
+        return kept if kept is not None else await self._make_rows(ds)
+
+    def _kept_rows(self, ds: Dataset) -> list[Row] | None:
         kept: list[Row] | None = self.tree.memo.get(self._rows_key, ds, self.op.domain)
-        if kept is not None:
-            return kept
-        await self.tree.preload.finished(self.op.key)
+        return kept
+
+    async def _make_rows(self, ds: Dataset) -> list[Row] | None:
+        """``_whole``'s rows, made now (and memoised when whole)."""
         own = [Row(name, node) for name, node in self._own_files(ds).items()]
         known = self._known_chunks(ds)
         if known is None and ds.store.listing_ready():
@@ -200,18 +209,27 @@ class DatasetDir(ObjectDir):
             self.tree.memo.put(self._chunks_key(ds), chunks, chunks.nbytes, ds)
 
     def loaded(self) -> bool:
-        """True once the chunks are known, or listing them needs no round trip
-        (the domain's listing is at hand): nothing to load ahead."""
+        """True once the rows a listing gives at once are made, or the dataset's
+        chunks are too many to be listed at once: nothing to load ahead."""
         ds = self.tree.peek(self.op)
-        return isinstance(ds, Dataset) and (self._known_chunks(ds) is not None
-                                            or ds.store.listing_ready())
+        if not isinstance(ds, Dataset):
+            return False
+        known = self._known_chunks(ds)
+        return (self._kept_rows(ds) is not None
+                or (known is not None
+                    and len(known) + len(self._own_files(ds)) > STREAM_BATCH))
 
     async def preload(self) -> None:
-        """List the chunks of a small dataset ahead (one storage round trip)."""
+        """List the chunks of a small dataset ahead (one storage round trip,
+        none when the domain's listing is at hand), and make its rows: the
+        sizes of its Zarr files are rendered while the walker is still in
+        the directories before it."""
         async with self.tree.preload.limiter:
             ds = await self.tree.dataset(self.op)
-            if self._known_chunks(ds) is None:
+            if self._known_chunks(ds) is None and not ds.store.listing_ready():
                 await self._list_small(ds)
+        if self._kept_rows(ds) is None:
+            await self._make_rows(ds)
 
     async def _list_small(self, ds: Dataset) -> None:
         """Remember the chunk indices if there are at most ``SMALL_LISTING``."""
