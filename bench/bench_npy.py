@@ -21,6 +21,12 @@ delivered to the reader (each timed with ``time.perf_counter``, the median of
 - (e) ``cat`` of a 1 GiB file served from memory by ``bench.memfs`` (minimal
   pyfuse3), with the default readahead and with ``read_ahead_kb=1024``;
 - (f) ``cat`` of a 1 GiB file on tmpfs (``/dev/shm``);
+- (g) what the page cache itself keeps over the after-ttl wait: page cache
+  dropped, ``cat`` of the local ``.h5`` (on disk) twice, then once more
+  ``TTL_WAIT`` seconds later;
+  (a) after metadata_ttl is also reported against it. The kernel's own page
+  reclaim shows here (``damon_note``: a DAMON ``pageout`` scheme reclaims
+  idle file pages within seconds on some VMs);
 - (s) cold ``cat P.npy`` with the default chunk cache and with
   ``-o chunk_cache=16M`` (``SMALL_CACHE``), smaller than one chunk row of the
   array (16 chunks, 64 MiB), fresh mounts taken in turn: the cliff of issue 27,
@@ -90,10 +96,12 @@ SMALL_CACHE = "16M"
 #: after-ttl one starts: past the end of the period (issue 27: warm stays warm).
 TTL = 10.0
 TTL_WAIT = TTL + 1.0
+#: Where the kernel shows its DAMON daemons (``damon_note``).
+DAMON_ADMIN = "/sys/kernel/mm/damon/admin"
 #: Case (s)'s target: at most this many times the default cache's time.
 SMALL_SLOWDOWN = 1.3
 GIB = float(1 << 30)
-ALL_CASES = "abcdefs"
+ALL_CASES = "abcdefgs"
 RAISED_READ_AHEAD_KB = 1024
 DECODE_THREADS = 2
 
@@ -186,6 +194,9 @@ def new_cases() -> dict[str, Case]:
         Case("e_ra1m", "(e) memfs 1 MiB",
              f"same, mount's `read_ahead_kb` = {RAISED_READ_AHEAD_KB}", 2.9),
         Case("f", "(f) tmpfs", "`cat` of a 1 GiB file in /dev/shm", 8.0),
+        Case("g_wait", "(g) disk file after the wait",
+             f"`cat` of the local `.h5` (on disk), page cache dropped, read twice, then once more "
+             f"{TTL_WAIT:g} s later: what the page cache keeps over (a)'s wait; diagnostic"),
         Case("s_default", "(s) default cache",
              "`cat P.npy > /dev/null`, fresh mount, caches dropped, default `chunk_cache`"),
         Case("s_small", f"(s) chunk_cache={SMALL_CACHE}",
@@ -863,6 +874,66 @@ def run_f(ctx: Context, cases: dict[str, Case]) -> None:
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
+def damon_pageout() -> list[Path]:
+    """The ``state`` files of the kernel's DAMON daemons that are on and run a
+    ``pageout`` scheme: they reclaim file pages they see idle, page cache
+    included."""
+    found: list[Path] = []
+    for state in sorted(Path(DAMON_ADMIN).glob("kdamonds/*/state")):
+        try:
+            if state.read_text().strip() != "on":
+                continue
+            actions = [a.read_text().strip()
+                       for a in state.parent.glob("contexts/*/schemes/*/action")]
+        except OSError:
+            continue
+        if "pageout" in actions:
+            found.append(state)
+    return found
+
+
+def damon_note() -> str | None:
+    """A note saying that DAMON may reclaim the page cache during a run; None
+    when no DAMON daemon runs a ``pageout`` scheme."""
+    found = damon_pageout()
+    if not found:
+        return None
+    return (f"DAMON kdamond {', '.join(p.parent.name for p in found)} runs a `pageout` scheme "
+            "on this machine: the kernel reclaims page cache it sees idle, so a file's pages "
+            f"may be gone {TTL_WAIT:g} s after a read (`--pause-damon` stops it for a run)")
+
+
+@contextlib.contextmanager
+def damon_paused(pause: bool) -> Iterator[list[str]]:
+    """With ``pause``, the DAMON daemons that reclaim idle pages turned off for the
+    block and on again after it, whatever happens; yields their names."""
+    states = damon_pageout() if pause else []
+    for state in states:
+        state.write_text("off")
+    try:
+        yield [state.parent.name for state in states]
+    finally:
+        for state in states:
+            state.write_text("on")
+
+
+def run_g(ctx: Context, cases: dict[str, Case]) -> None:
+    """(g): page cache dropped, ``cat`` of the local ``.h5`` twice, then timed once
+    more ``TTL_WAIT`` seconds later: (a)'s sequence, on a disk file."""
+    case = cases["g_wait"]
+    path = Path(ctx.data.h5file)
+    for _ in range(ctx.repeat):
+
+        def after_wait() -> list[Timed]:
+            drop_caches_noted(case)  # as before (a)'s cold read: pages placed afresh
+            timed_cat(path)
+            timed_cat(path)
+            time.sleep(TTL_WAIT)
+            return [timed(ctx, case, _cat(path))]
+
+        with_retries(ctx, after_wait)
+
+
 def run_s(ctx: Context, cases: dict[str, Case]) -> None:
     """(s): cold ``cat P.npy`` on fresh mounts with the default chunk cache and with
     ``SMALL_CACHE``, in turn (which goes first alternates), each mount's chunk
@@ -907,11 +978,12 @@ def run_s(ctx: Context, cases: dict[str, Case]) -> None:
 
 
 RUNNERS: dict[str, tuple[Callable[[Context, dict[str, Case]], None], tuple[str, ...]]] = {
-    # case letter -> (runner, result keys it fills); run in the order d, c, a, b, e, f so
+    # case letter -> (runner, result keys it fills); run in the order d, c, a, g, b, e, f so
     # the storage files are in the page cache before the mount reads them
     "d": (run_d, ("d", "d_fast")),
     "c": (run_c, ("c",)),
     "a": (run_a, ("a_cold", "a_warm", "a_ttl", "a_fresh")),
+    "g": (run_g, ("g_wait",)),
     "b": (run_b, ("b",)),
     "e": (run_e, ("e_default", "e_ra1m")),
     "f": (run_f, ("f",)),
@@ -966,6 +1038,8 @@ def result_rows(cases: dict[str, Case]) -> list[list[str]]:
             ratios.append(f"{rate / cases['d'].median:.2f}x (d)")
         if key in ("a_cold", "a_fresh", "b") and rate is not None and cases["d_fast"].median:
             ratios.append(f"{rate / cases['d_fast'].median:.2f}x (d) fast decode")
+        if key == "a_ttl" and rate is not None and cases["g_wait"].median:
+            ratios.append(f"{rate / cases['g_wait'].median:.2f}x (g)")
         if key in ("e_default", "e_ra1m") and rate is not None and cases["f"].median:
             ratios.append(f"{rate / cases['f'].median:.2f}x (f)")
         shown = _fmt(rate) if case.status == "ok" else case.status
@@ -1204,6 +1278,29 @@ def raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def run_cases(ctx: Context, cases: dict[str, Case], letters: str) -> None:
+    """Run the cases of ``letters``, in ``RUNNERS`` order; the others are skipped."""
+    for letter, (runner, keys) in RUNNERS.items():
+        if letter not in letters:
+            for key in keys:
+                cases[key].status = "skipped"
+            continue
+        load = loadavg()
+        log.info("case (%s): start, load average %.2f", letter, load)
+        try:
+            runner(ctx, cases)
+        except NotAvailable as exc:
+            for key in keys:
+                cases[key].status = "not available"
+                cases[key].notes.append(str(exc))
+            log.warning("case (%s) not available: %s", letter, exc)
+        except BenchError as exc:
+            for key in keys:
+                cases[key].status = "error"
+                cases[key].notes.append(str(exc))
+            log.error("case (%s) failed: %s", letter, exc)
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """Make or reuse the data, run the chosen cases, print and write the report."""
     started = datetime.datetime.now().astimezone()
@@ -1219,25 +1316,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                       retries=args.retries)
         cases = new_cases()
         ctx.facts["notes"] = []
-        for letter, (runner, keys) in RUNNERS.items():
-            if letter not in args.cases:
-                for key in keys:
-                    cases[key].status = "skipped"
-                continue
-            load = loadavg()
-            log.info("case (%s): start, load average %.2f", letter, load)
-            try:
-                runner(ctx, cases)
-            except NotAvailable as exc:
-                for key in keys:
-                    cases[key].status = "not available"
-                    cases[key].notes.append(str(exc))
-                log.warning("case (%s) not available: %s", letter, exc)
-            except BenchError as exc:
-                for key in keys:
-                    cases[key].status = "error"
-                    cases[key].notes.append(str(exc))
-                log.error("case (%s) failed: %s", letter, exc)
+        with damon_paused(args.pause_damon) as paused:
+            reclaim = (f"DAMON kdamond {', '.join(paused)} (a `pageout` scheme) was paused "
+                       "for this run (`--pause-damon`)" if paused else damon_note())
+            if reclaim:
+                for key in ("a_ttl", "g_wait"):
+                    cases[key].notes.append(reclaim)
+            run_cases(ctx, cases, args.cases)
         command = shlex.join([".venv/bin/python", "-m", "bench.bench_npy", *argv])
         main_cases = {k: c for k, c in cases.items() if k not in SMALL_KEYS}
         small_cases = {k: cases[k] for k in SMALL_KEYS}
@@ -1325,6 +1410,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="only check that data.npy exists on a fresh mount (exit 0/1)")
     parser.add_argument("--keep-workdir", action="store_true",
                         help="keep the temporary directory (h5mount log, memfs stats)")
+    parser.add_argument("--pause-damon", action="store_true",
+                        help="turn off, for the run, the kernel's DAMON daemons that reclaim "
+                             "idle page cache (a `pageout` scheme), and on again after it: "
+                             "shows what the after-metadata_ttl read does when the kernel "
+                             "keeps the pages")
     parser.add_argument("--log-level", default="INFO", type=str.upper)
     args = parser.parse_args(argv)
     args.cases = "".join(sorted(set(args.cases.lower()) & set(ALL_CASES)))
