@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import gc
 import logging
 import logging.handlers
 import os
@@ -56,6 +55,7 @@ from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
+from mountd.gcpolicy import tune_gc
 from mountd.sources import Source, open_source
 from mountd.tree import make_tree
 from mountd.tree.h5view import H5Views
@@ -135,19 +135,6 @@ def keep_freed_memory() -> None:
         libc.mallopt(_M_ARENA_MAX, 2)
     except (OSError, AttributeError):
         log.debug("mallopt not available; using the C library's defaults")
-
-
-#: Container allocations between young-generation collections (CPython's default
-#: is 700). The daemon allocates tens of thousands of objects per group it
-#: lists, nearly all of them kept in caches; at the default, collecting them
-#: again and again cost a fifth of a wide listing's CPU.
-GC_YOUNG_THRESHOLD = 50_000
-
-
-def tune_gc() -> None:
-    """Collect garbage less often; the caches, not cycles, hold the memory."""
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 def setup_logging(config: MountConfig, to_stderr: bool) -> None:
