@@ -12,7 +12,9 @@ The S3 fixtures run one moto S3 server for the session (``moto``):
 bucket (at the top of a bucket, and under a prefix), so an S3 mount can be
 compared byte for byte, ids included, with a local mount; ``hsds_s3_direct`` is
 a bucket that a real HSDS wrote onto moto itself (S3 storage mode).
-Every test gets back the root logger's level it started with.
+Every test gets back the root logger's level it started with. The options
+``--soak`` and ``--load-seconds`` are registered here; ``tests/test_load.py``
+reads them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ from tests.moto_server import MotoServer
 from tests.mounting import mounted
 
 log = logging.getLogger(__name__)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true",
+                     help="run the load tests (tests/test_load.py) for ten minutes each")
+    parser.addoption("--load-seconds", type=float, metavar="SECONDS",
+                     help="run the load tests for SECONDS each (overrides --soak)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

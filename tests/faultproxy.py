@@ -11,7 +11,10 @@ until the client's delayed ACK of its head, 40 ms later.
 
 Faults match on the method (None: any) and a substring of the request target
 (path and query), apply to the next ``times`` matching requests (None: all),
-and are tried in the order they were added:
+each with ``probability`` (1: every one; below 1, drawn from the proxy's own
+``random.Random(seed)``, so a steady mix of faults goes on for as long as a
+test runs), and are tried in the order they were added: a fault that matches
+but whose draw fails leaves the request to the next one.
 
 - ``error``: answer ``status`` with an S3 XML error body (503 SlowDown, 500, 403 ...).
 - ``reset``: send the headers and half the body, then reset the connection (RST).
@@ -20,16 +23,19 @@ and are tried in the order they were added:
 - ``latency``: wait ``seconds``, then forward as usual (a slow server).
 
 Every request received is recorded (method, target, headers, fault applied);
-``count`` queries that record. Concurrency: handler threads share the fault
-list and the record under one lock; the test thread may add faults or read
-counts at any time. ``stop`` ends the serve loop, wakes stalled handlers and
-shuts down open client connections, so it returns promptly.
+``count`` and ``hits`` query that record. Concurrency: handler threads share
+the fault list, the random draws and the record under one lock; the test
+thread may add faults or read counts at any time. ``stop`` ends the serve
+loop, wakes stalled handlers and shuts down open client connections, so it
+returns promptly.
 """
 
 from __future__ import annotations
 
+import collections
 import http.client
 import logging
+import random
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -52,7 +58,8 @@ _MESSAGES = {
 
 @dataclass
 class Fault:
-    """One registered fault; ``times`` counts down to 0 (None: never)."""
+    """One registered fault; ``times`` counts down to 0 (None: never); it applies
+    to a matching request with ``probability``."""
 
     kind: str
     method: str | None
@@ -61,6 +68,7 @@ class Fault:
     status: int = 503
     code: str = "SlowDown"
     seconds: float = 0.0
+    probability: float = 1.0
 
     def matches(self, method: str, target: str) -> bool:
         return ((self.method is None or self.method == method) and self.path in target
@@ -82,8 +90,9 @@ class FaultProxy(LoopbackHttp):
 
     name = "faultproxy"
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, seed: int = 0) -> None:
         super().__init__()
+        self._random = random.Random(seed)
         parts = urlsplit(upstream)
         self.upstream_host = parts.hostname or "127.0.0.1"
         self.upstream_port = parts.port or 80
@@ -97,30 +106,33 @@ class FaultProxy(LoopbackHttp):
     # -- faults ------------------------------------------------------------
 
     def error(self, status: int = 503, code: str | None = None, *, method: str | None = None,
-              path: str = "", times: int | None = None) -> None:
+              path: str = "", times: int | None = None, probability: float = 1.0) -> None:
         """Answer matching requests with ``status`` and an S3 error body."""
         code = code or _MESSAGES.get(status, ("Error", ""))[0]
-        self._add(Fault("error", method, path, times, status=status, code=code))
+        self._add(Fault("error", method, path, times, status=status, code=code,
+                        probability=probability))
 
     def reset(self, *, method: str | None = None, path: str = "",
-              times: int | None = None) -> None:
+              times: int | None = None, probability: float = 1.0) -> None:
         """Reset the connection halfway through the body of matching responses."""
-        self._add(Fault("reset", method, path, times))
+        self._add(Fault("reset", method, path, times, probability=probability))
 
     def truncate(self, *, method: str | None = None, path: str = "",
-                 times: int | None = None) -> None:
+                 times: int | None = None, probability: float = 1.0) -> None:
         """Send half the body of matching responses, then close the connection."""
-        self._add(Fault("truncate", method, path, times))
+        self._add(Fault("truncate", method, path, times, probability=probability))
 
     def stall(self, seconds: float, *, method: str | None = None, path: str = "",
-              times: int | None = None) -> None:
+              times: int | None = None, probability: float = 1.0) -> None:
         """Hold matching requests silently for ``seconds``, then close the connection."""
-        self._add(Fault("stall", method, path, times, seconds=seconds))
+        self._add(Fault("stall", method, path, times, seconds=seconds,
+                        probability=probability))
 
     def latency(self, seconds: float, *, method: str | None = None, path: str = "",
-                times: int | None = None) -> None:
+                times: int | None = None, probability: float = 1.0) -> None:
         """Delay matching requests by ``seconds`` before forwarding them."""
-        self._add(Fault("latency", method, path, times, seconds=seconds))
+        self._add(Fault("latency", method, path, times, seconds=seconds,
+                        probability=probability))
 
     def clear(self) -> None:
         """Forget every fault and every recorded request."""
@@ -143,9 +155,16 @@ class FaultProxy(LoopbackHttp):
     def count(self, method: str | None = None, path: str = "") -> int:
         return len(self.requests(method, path))
 
+    def hits(self) -> collections.Counter[str]:
+        """How many requests each kind of fault answered so far."""
+        with self.lock:
+            return collections.Counter(s.fault for s in self._seen if s.fault is not None)
+
     def _arrived(self, method: str, target: str, headers: dict[str, str]) -> Fault | None:
         with self.lock:
-            fault = next((f for f in self._faults if f.matches(method, target)), None)
+            fault = next((f for f in self._faults if f.matches(method, target) and
+                          (f.probability >= 1 or self._random.random() < f.probability)),
+                         None)
             if fault is not None and fault.times is not None:
                 fault.times -= 1
             self._seen.append(Seen(method, target, headers, fault.kind if fault else None))
