@@ -454,6 +454,46 @@ def _mount_ready(run: Run) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Group:
+    """Cases measured together (``--cases`` names them); ``mount``: they need the mount."""
+
+    name: str
+    keys: tuple[str, ...]
+    fn: Callable[[Run], None]
+    mount: bool
+
+
+#: Every group, in the order a run measures them (``ls`` and ``ls_local`` need
+#: ``many``'s domain).
+GROUPS = (
+    Group("many", ("visit",), run_many, mount=False),
+    Group("network", ("c", "c_numcodecs", "c_get"), run_network, mount=False),
+    Group("h5pyd", ("d",), run_h5pyd, mount=False),
+    Group("h5py", ("h5py",), run_h5py, mount=False),
+    Group("cold", ("a_cold", "b_page", "b_ttl"), run_cold, mount=True),
+    Group("warm", ("b_warm",), run_warm, mount=True),
+    Group("ls", ("ls_cold", "ls_warm"), run_ls, mount=True),
+    Group("ls_local", ("ls_local",), run_ls_local, mount=True),
+    Group("stream", ("stream",), run_stream, mount=True),
+)
+
+
+def parse_groups(text: str) -> frozenset[str]:
+    """The groups a ``--cases`` value names (``all``: every one); ``ls`` and
+    ``ls_local`` bring ``many``, whose domain they list."""
+    names = {group.name for group in GROUPS}
+    wanted = names if text == "all" else {n.strip() for n in text.split(",") if n.strip()}
+    unknown = wanted - names
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown case group(s) {', '.join(sorted(unknown))}; choose from "
+            f"{', '.join(g.name for g in GROUPS)} or all")
+    if wanted & {"ls", "ls_local"}:
+        wanted.add("many")
+    return frozenset(wanted)
+
+
 def run(args: argparse.Namespace) -> int:
     """Make the data, run every case, print the table and update the doc."""
     started = datetime.datetime.now().astimezone()
@@ -469,29 +509,30 @@ def run(args: argparse.Namespace) -> int:
             big = s3data.load_big(moto, data.h5file, workdir / "hsds-load-logs")
             current = Run(ctx, moto, big, args.options, find_moto_pid(moto), cases,
                           args.ls_timeout, args.h5pyd_repeat, cache_decoded=args.cache_decoded)
-            _guard(current, ("visit",), run_many)
-            _guard(current, ("c", "c_numcodecs", "c_get"), run_network)
-            _guard(current, ("d",), run_h5pyd)
-            _guard(current, ("h5py",), run_h5py)
-            reason = _mount_ready(current)
-            if reason is None:
-                _guard(current, ("a_cold", "b_page", "b_ttl"), run_cold)
-                _guard(current, ("b_warm",), run_warm)
-                _guard(current, ("ls_cold", "ls_warm"), run_ls)
-                _guard(current, ("ls_local",), run_ls_local)
-                _guard(current, ("stream",), run_stream)
-            else:
+            chosen = [group for group in GROUPS if group.name in args.cases]
+            for group in chosen:
+                if not group.mount:
+                    _guard(current, group.keys, group.fn)
+            mounted = [group for group in chosen if group.mount]
+            reason = _mount_ready(current) if mounted else None
+            for group in mounted:
+                if reason is None:
+                    _guard(current, group.keys, group.fn)
+                else:
+                    for key in group.keys:
+                        cases[key].status = "not available"
+            if reason is not None:
                 log.warning("the mount cannot serve the bucket yet: %s", reason)
                 current.notes.append(f"Mount cases not run: {reason}")
-                for key in ("a_cold", "b_warm", "b_page", "b_ttl", "ls_cold", "ls_warm",
-                            "ls_local", "stream"):
-                    cases[key].status = "not available"
         seconds = time.perf_counter() - t0
         report = s3report.Report(current, started, seconds, cache_budget_mib(args.options),
                                  " ".join([".venv/bin/python -m bench.bench_s3", *sys.argv[1:]]))
         print(report.text())
-        if not args.no_doc:
-            s3report.write_doc(args.doc, report.section())
+        doc = args.doc
+        if doc is None and args.cases == parse_groups("all"):
+            doc = s3report.DEFAULT_DOC
+        if doc is not None and not args.no_doc:
+            s3report.write_doc(doc, report.section())
         return 0
     finally:
         mounting.unmount(workdir / "mnt")
@@ -517,10 +558,15 @@ def main(argv: list[str] | None = None) -> int:
                              "about 25 s each)")
     parser.add_argument("--ls-timeout", type=float, default=60.0,
                         help="cut off an `ls -lR` after this many seconds (default 60)")
+    parser.add_argument("--cases", type=parse_groups, default=parse_groups("all"),
+                        help="comma-separated groups of cases to run (default all): "
+                             + ", ".join(g.name for g in GROUPS) + "; a run of some only "
+                             "prints its results unless --doc is given")
     parser.add_argument("--cache-decoded", action="store_true",
                         help="mount the (b) warm case with -o cache_decoded too")
-    parser.add_argument("--doc", type=Path, default=s3report.DEFAULT_DOC,
-                        help="markdown file to update (default docs/benchmarks.md)")
+    parser.add_argument("--doc", type=Path, default=None,
+                        help="markdown file to update (default docs/benchmarks.md when "
+                             "every case runs)")
     parser.add_argument("--no-doc", action="store_true", help="only print the results")
     parser.add_argument("--keep-workdir", action="store_true",
                         help="keep the temporary directory (h5mount and HSDS logs)")
