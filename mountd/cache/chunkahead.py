@@ -3,13 +3,14 @@
 Owns the sequential-read state of each dataset whose chunk files are being
 read: a ``ReadaheadWindow`` over the dataset's chunks laid end to end in grid
 C order (chunk ``k`` in that order starts at byte ``k * unit``, where a
-chunk's unit is its decoded size plus what its cache entry costs besides,
-``ENTRY_OVERHEAD``), and a watermark: the grid position up to which
-prefetches were accepted. Each read of a chunk file asks, in one call, for
-the chunks after it that fill the window, in grid order, from the watermark
-on, at most ``AHEAD_CHUNKS`` past the read; so one read costs about one
-prefetch once the window is full, and a refused prefetch is asked for again
-on the next read. A jump (reading far from the expected chunk) resets the
+chunk's unit is what its cache entry costs: its decoded size as the buffer
+pool charges it, ``mountd.cache.bufpool.charge``, plus ``ENTRY_OVERHEAD``),
+and a watermark: the grid position up to which prefetches were accepted.
+Each read of a chunk file asks, in one call, for the chunks after it that
+fill the window, in grid order, from the watermark on, at most
+``AHEAD_CHUNKS`` past the read; so one read costs about one prefetch once
+the window is full, and a refused prefetch is asked for again on the next
+read. A jump (reading far from the expected chunk) resets the
 window. ``AHEAD_CHUNKS`` (the view API's bound, ``layouts.views._api``, which
 the ``.npy`` readahead keeps too) bounds a window of tiny chunks by their
 count as well as their bytes.
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from layouts.model import ChunkIndex, Dataset
 from layouts.views import AHEAD_CHUNKS
+from mountd.cache import bufpool
 from mountd.cache.chunkbatch import chunk_bytes
 from mountd.cache.chunkcache import ENTRY_OVERHEAD
 from mountd.io.readahead import START, ReadaheadWindow
@@ -40,7 +42,7 @@ MAX_DATASETS = 256
 
 def chunk_unit(ds: Dataset) -> int:
     """What one chunk of ``ds`` counts as in a readahead window, in bytes."""
-    return chunk_bytes(ds) + ENTRY_OVERHEAD
+    return bufpool.charge(chunk_bytes(ds)) + ENTRY_OVERHEAD
 
 
 def ravel(index: ChunkIndex, grid: tuple[int, ...]) -> int:

@@ -8,6 +8,13 @@ is fetched and decoded once. Every entry costs its bytes plus
 header) against the budget, so a dataset of millions of tiny chunks cannot
 hold more memory than the budget says.
 
+Chunks of ``mountd.cache.bufpool.POOLED_MIN`` bytes or more are kept in the
+cache's ``BufferPool`` (recycled ``mmap`` slots, not the C heap; their cost
+is their slot's size) and handed to readers as read-only ``memoryview``s of
+it. Evicting one only drops the cache's reference: a reader still holding
+the view keeps the slot until it lets go (the pool counts it as in use),
+and no slot is written while a view of it lives.
+
 Chunks are fetched one at a time (``get``) or in batches (``get_many``,
 ``prefetch_many``): a batch fetch reads many chunks with one call (one
 worker-thread hop for a local bucket), which is what makes datasets of tiny
@@ -41,14 +48,17 @@ from dataclasses import dataclass
 
 import trio
 
+from mountd.cache import bufpool
 from mountd.errors import MountError, StorageError
 
 log = logging.getLogger(__name__)
 
+#: A decoded chunk: ``bytes``, or a read-only view of a pooled buffer.
+Chunk = bytes | memoryview
 #: One chunk, or None when it is not stored.
 Fetch = Callable[[], Awaitable[bytes | None]]
 #: What fetching one key of a batch gave: the chunk, None (not stored) or the error.
-Outcome = bytes | MountError | None
+Outcome = Chunk | MountError | None
 #: Fetches a batch of keys: one outcome per key, in order.
 FetchMany = Callable[[list[Hashable]], Awaitable[Sequence[Outcome]]]
 
@@ -69,15 +79,15 @@ MAX_FAILED = 1024
 ENTRY_OVERHEAD = 256
 
 
-def entry_cost(value: bytes | None) -> int:
+def entry_cost(value: Chunk | None) -> int:
     """What keeping ``value`` counts against the budget."""
-    return ENTRY_OVERHEAD if value is None else ENTRY_OVERHEAD + len(value)
+    return ENTRY_OVERHEAD if value is None else ENTRY_OVERHEAD + bufpool.charge(len(value))
 
 
 @dataclass(slots=True)
 class _Pending:
     done: trio.Event
-    value: bytes | None = None
+    value: Chunk | None = None
     error: BaseException | None = None
 
 
@@ -92,7 +102,8 @@ class ChunkCache:
     def __init__(self, budget: int, nursery: trio.Nursery | None = None,
                  prefetch_limit: int = PREFETCH_LIMIT, error_ttl: float = ERROR_TTL,
                  prefetch_chunks: int = PREFETCH_CHUNKS) -> None:
-        self.budget = budget
+        self._budget = budget
+        self.pool = bufpool.BufferPool(budget)
         self.error_ttl = error_ttl
         #: Recent failures, oldest first: (when, error) by key.
         self._failed: OrderedDict[Hashable, tuple[float, MountError]] = OrderedDict()
@@ -100,7 +111,7 @@ class ChunkCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
-        self._items: OrderedDict[Hashable, bytes | None] = OrderedDict()
+        self._items: OrderedDict[Hashable, Chunk | None] = OrderedDict()
         self._pending: dict[Hashable, _Pending] = {}
         self.nursery = nursery
         self._prefetch_limit = prefetch_limit
@@ -109,10 +120,19 @@ class ChunkCache:
         self.prefetch_tasks = 0
         self.prefetching = 0
 
+    @property
+    def budget(self) -> int:
+        """Bytes the entries may cost at most."""
+        return self._budget
+
+    @budget.setter
+    def budget(self, budget: int) -> None:
+        self._budget = self.pool.limit = budget
+
     def __contains__(self, key: Hashable) -> bool:
         return key in self._items or key in self._pending
 
-    def peek(self, key: Hashable) -> tuple[bool, bytes | None]:
+    def peek(self, key: Hashable) -> tuple[bool, Chunk | None]:
         """``(True, chunk)`` if ``key`` is cached now (counted as a hit), else ``(False, None)``."""
         if key not in self._items:
             return False, None
@@ -129,7 +149,7 @@ class ChunkCache:
         del self._failed[key]
         return None
 
-    async def get(self, key: Hashable, fetch: Fetch) -> bytes | None:
+    async def get(self, key: Hashable, fetch: Fetch) -> Chunk | None:
         """The chunk for ``key``: from the cache, from a fetch under way, or fetched now."""
         if key in self._items:
             self._items.move_to_end(key)
@@ -149,14 +169,14 @@ class ChunkCache:
         pending = _Pending(trio.Event())
         self._pending[key] = pending
         try:
-            pending.value = await fetch()
+            value = await fetch()
         except BaseException as exc:
             pending.error = exc
             if isinstance(exc, MountError):
                 self._remember_failure(key, exc)
             raise
         else:
-            self._store(key, pending.value)
+            pending.value = self._store(key, value)
         finally:
             del self._pending[key]
             pending.done.set()
@@ -226,16 +246,16 @@ class ChunkCache:
         if len(values) != len(group):
             raise RuntimeError(f"batch fetch gave {len(values)} outcomes for {len(group)} keys")
         for (pos, key, pending), value in zip(group, values, strict=True):
+            outcome: Outcome = value
             if isinstance(value, MountError):
                 pending.error = value
                 self._remember_failure(key, value)
             else:
-                pending.value = value
-                self._store(key, value)
+                outcome = pending.value = self._store(key, value)
             del self._pending[key]
             pending.done.set()
             if out is not None:
-                out[pos] = value
+                out[pos] = outcome
 
     def _abandon(self, group: _Group) -> None:
         """Settle what a batch fetch left pending (it was cancelled or crashed)."""
@@ -253,16 +273,21 @@ class ChunkCache:
             self._failed.popitem(last=False)
         self._failed[key] = (now, exc)
 
-    def _store(self, key: Hashable, value: bytes | None) -> None:
+    def _store(self, key: Hashable, value: Chunk | None) -> Chunk | None:
+        """Keep ``value`` (in a pooled buffer if it is large enough), evicting the
+        least recently used entries; the value to hand out (as kept, if kept)."""
         size = entry_cost(value)
         if size > self.budget:
-            return
+            return value
+        if value is not None and self.pool.pooled(len(value)):
+            value = self.pool.copy(value).toreadonly()
         self._items[key] = value
         self.used += size
         while self.used > self.budget and self._items:
             _, evicted = self._items.popitem(last=False)
             self.used -= entry_cost(evicted)
             self.evictions += 1
+        return value
 
     def prefetch_many(self, keys: Sequence[Hashable], fetch: FetchMany, batch: int = 1) -> int:
         """Start fetching ``keys`` in the background, ``batch`` per ``fetch`` call.

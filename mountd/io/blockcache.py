@@ -107,8 +107,9 @@ from dataclasses import dataclass, field
 import trio
 
 from layouts.storage import ByteRange, Fetched, ObjectInfo, Store
+from mountd.cache.bufpool import BufferPool
 from mountd.errors import Changed, NotFound, StorageError
-from mountd.io.blocktable import BlockKey, BlockTable, ObjectEntry, ObjKey, runs
+from mountd.io.blocktable import Block, BlockKey, BlockTable, ObjectEntry, ObjKey, runs
 from mountd.io.diskcache import DiskCache
 from mountd.io.readahead import CAP, START, Windows, prefetch_plan
 from mountd.io.writebehind import WriteBehind
@@ -145,7 +146,7 @@ class _Pending:
     """A fetch under way. Settled with ``info`` (and data) or ``error``, or neither if given up."""
 
     done: trio.Event = field(default_factory=trio.Event)
-    data: bytes = b""
+    data: Block = b""
     info: ObjectInfo | None = None
     error: BaseException | None = None
 
@@ -169,7 +170,8 @@ class BlockCache:
         self._clock = clock
         #: Validations made at or before this time are out of date (``expire``).
         self._expired = -math.inf
-        self._table = BlockTable(budget)
+        self._pool = BufferPool(budget)
+        self._table = BlockTable(budget, charge=self._pool.charge)
         self._windows = Windows(readahead_start, readahead_cap)
         self._writer = None if disk is None else WriteBehind(disk)
         self._pending: dict[BlockKey, _Pending] = {}
@@ -184,12 +186,17 @@ class BlockCache:
 
     @budget.setter
     def budget(self, budget: int) -> None:
-        self._table.budget = budget
+        self._table.budget = self._pool.limit = budget
 
     @property
     def used(self) -> int:
-        """Bytes of blocks in memory."""
+        """Bytes charged for the blocks in memory (``mountd.cache.bufpool.BufferPool.charge``)."""
         return self._table.used
+
+    @property
+    def pool(self) -> BufferPool:
+        """Where blocks of ``POOLED_MIN`` bytes or more live."""
+        return self._pool
 
     @property
     def readahead_start(self) -> int:
@@ -256,9 +263,10 @@ class BlockCache:
         return Fetched(self._join(parts, start - first * bs, min(end, info.size) - first * bs),
                        info)
 
-    def _join(self, parts: list[bytes], lo: int, hi: int) -> bytes:
-        """Bytes ``lo:hi`` of the blocks ``parts`` laid end to end, copying as little as we can."""
-        pieces: list[tuple[bytes, int, int]] = []
+    def _join(self, parts: list[Block], lo: int, hi: int) -> bytes:
+        """Bytes ``lo:hi`` of the blocks ``parts`` laid end to end, copying as little as we
+        can: always a copy of a pooled block, whose buffer the pool hands out again."""
+        pieces: list[tuple[Block, int, int]] = []
         for j, part in enumerate(parts):
             base = j * self.block_size
             a, b = max(lo - base, 0), min(hi - base, len(part))
@@ -266,15 +274,16 @@ class BlockCache:
                 pieces.append((part, a, b))
         if len(pieces) == 1:
             part, a, b = pieces[0]
-            return part[a:b]  # the block itself when all of it is wanted
+            # the block itself when all of a ``bytes`` block is wanted
+            return part[a:b] if isinstance(part, bytes) else bytes(part[a:b])
         return b"".join(memoryview(part)[a:b] for part, a, b in pieces)
 
     async def _gather(self, store: Store, key: str, snapshot: ObjectInfo | None, first: int,
-                      last: int) -> tuple[list[bytes], ObjectInfo]:
+                      last: int) -> tuple[list[Block], ObjectInfo]:
         """Blocks ``first..last`` from memory, fetches under way, disk or storage, of one etag."""
         url = store.url
         want = range(first, last + 1)
-        parts: dict[int, bytes] = {}
+        parts: dict[int, Block] = {}
         seen = snapshot
         while len(parts) < len(want):
             # No await from here ...
@@ -343,7 +352,8 @@ class BlockCache:
         self.stats.bytes_fetched += len(data)
         self.stats.misses += nblocks
         if self._accept((url, key), None, info):
-            blocks = [(first + j, data[j * bs:(j + 1) * bs]) for j in range(nblocks)]
+            view = memoryview(data)
+            blocks = [(first + j, view[j * bs:(j + 1) * bs]) for j in range(nblocks)]
             for i, block in blocks:
                 self._put((url, key), i, block)
             await self._spill(url, key, info.etag, blocks)
@@ -415,15 +425,15 @@ class BlockCache:
         data, got = fetched.data, fetched.info
         self.stats.bytes_fetched += len(data)
         keep = self._accept(ok, etag, got)
-        blocks = [(i, data[j * bs:(j + 1) * bs]) for j, i in enumerate(sorted(run))]
+        view = memoryview(data)
+        blocks = [(i, view[j * bs:(j + 1) * bs]) for j, i in enumerate(sorted(run))]
         for i, block in blocks:
-            if keep and block:
-                self._put(ok, i, block)
-            self._settle((url, key, i), run[i], block, got)
+            kept = self._put(ok, i, block) if keep and block else block
+            self._settle((url, key, i), run[i], kept, got)
         if keep:
             await self._spill(url, key, got.etag, [(i, b) for i, b in blocks if b])
 
-    def _settle(self, bk: BlockKey, pending: _Pending, data: bytes = b"",
+    def _settle(self, bk: BlockKey, pending: _Pending, data: Block = b"",
                 info: ObjectInfo | None = None, error: BaseException | None = None) -> None:
         pending.data, pending.info, pending.error = data, info, error
         if self._pending.get(bk) is pending:
@@ -550,9 +560,15 @@ class BlockCache:
         """Drop the object and its blocks."""
         self._table.forget(ok)
 
-    def _put(self, ok: ObjKey, index: int, data: bytes) -> None:
-        """Keep one block of a known object, evicting the least recently used ones."""
-        self.stats.evictions += self._table.put(ok, index, data)
+    def _put(self, ok: ObjKey, index: int, data: Block) -> Block:
+        """Keep one block of a known object, evicting the least recently used ones; the
+        block as kept (a pooled copy of a large one, ``bytes`` of a small one, which
+        no longer holds the response it was cut from)."""
+        if not self._table.fits(len(data)):
+            return data
+        kept = self._pool.copy(data)
+        self.stats.evictions += self._table.put(ok, index, kept)
+        return kept
 
     # -- readahead -----------------------------------------------------------------------
 
@@ -597,7 +613,7 @@ class BlockCache:
 
     # -- disk ----------------------------------------------------------------------------
 
-    async def _spill(self, url: str, key: str, etag: str, blocks: list[tuple[int, bytes]]) -> None:
+    async def _spill(self, url: str, key: str, etag: str, blocks: list[tuple[int, Block]]) -> None:
         """Write fetched blocks to the disk cache, if there is one (``WriteBehind.spill``)."""
         if self._writer is not None:
             await self._writer.spill(self.nursery, url, key, etag, blocks)

@@ -3,10 +3,12 @@
 Owns two structures kept in step, and nothing else (no trio, no I/O, no
 clock: the caller passes the time):
 
-- the LRU of blocks, ``(store URL, object key, block index) -> bytes``, at
-  most ``budget`` bytes of block data; putting a block evicts the least
-  recently used ones until the rest fits, and a block larger than the whole
-  budget is not kept;
+- the LRU of blocks, ``(store URL, object key, block index) -> bytes`` (or
+  a ``memoryview`` of a pooled buffer, ``mountd.cache.bufpool``), whose
+  charges (``charge`` of each block's length: what holding it costs) are at
+  most ``budget`` bytes; putting a block evicts the least recently used ones
+  until the rest fits, and a block costing more than the whole budget is not
+  kept;
 - the object table, ``(store URL, object key) -> ObjectEntry``: the object's
   ``ObjectInfo``, when the cache last validated it, and which of its blocks
   are in memory. Every block in memory has its object in the table. An
@@ -31,7 +33,7 @@ it; ``info`` and ``validated`` are the cache's to set.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from layouts.storage import ObjectInfo
@@ -41,6 +43,8 @@ IDLE_OBJECTS = 10_000
 
 ObjKey = tuple[str, str]
 BlockKey = tuple[str, str, int]
+#: A block's bytes: ``bytes``, or a view of a pooled buffer.
+Block = bytes | memoryview
 
 
 @dataclass(slots=True)
@@ -53,15 +57,17 @@ class ObjectEntry:
 
 
 class BlockTable:
-    """The LRU of blocks (at most ``budget`` bytes) and the table of their objects."""
+    """The LRU of blocks (charged at most ``budget`` bytes) and the table of their objects."""
 
-    def __init__(self, budget: int, idle_objects: int = IDLE_OBJECTS) -> None:
+    def __init__(self, budget: int, idle_objects: int = IDLE_OBJECTS,
+                 charge: Callable[[int], int] = int) -> None:
         self.budget = budget
+        self.charge = charge
         #: At least 1, so an object just remembered is still known when its blocks come.
         self.idle_objects = max(idle_objects, 1)
-        #: Bytes of block data in memory.
+        #: Bytes charged for the blocks in memory.
         self.used = 0
-        self._mem: OrderedDict[BlockKey, bytes] = OrderedDict()
+        self._mem: OrderedDict[BlockKey, Block] = OrderedDict()
         self._objects: dict[ObjKey, ObjectEntry] = {}
         self._idle: OrderedDict[ObjKey, None] = OrderedDict()
 
@@ -87,7 +93,7 @@ class BlockTable:
         """The object's entry, or None if it is not known."""
         return self._objects.get(ok)
 
-    def hit(self, bk: BlockKey) -> bytes | None:
+    def hit(self, bk: BlockKey) -> Block | None:
         """The block if it is in memory, now the most recently used one; else None."""
         data = self._mem.get(bk)
         if data is not None:
@@ -109,7 +115,7 @@ class BlockTable:
             return
         self._idle.pop(ok, None)
         for i in entry.blocks:
-            self.used -= len(self._mem.pop((*ok, i)))
+            self.used -= self.charge(len(self._mem.pop((*ok, i))))
 
     def invalidate(self, ok: ObjKey, etag: str) -> bool:
         """Drop the object and its blocks if it is still known with ``etag``; whether it was."""
@@ -119,19 +125,23 @@ class BlockTable:
         self.forget(ok)
         return True
 
-    def put(self, ok: ObjKey, index: int, data: bytes) -> int:
+    def fits(self, nbytes: int) -> bool:
+        """Whether a block of ``nbytes`` would be kept at all (costs at most the budget)."""
+        return self.charge(nbytes) <= self.budget
+
+    def put(self, ok: ObjKey, index: int, data: Block) -> int:
         """Keep block ``index`` of the known object ``ok`` as the most recently used one,
         evicting the least recently used blocks until the budget holds; how many went.
-        A block larger than the budget is not kept. KeyError if ``ok`` is not known."""
-        if len(data) > self.budget:
+        A block costing more than the budget is not kept. KeyError if ``ok`` is not known."""
+        if not self.fits(len(data)):
             return 0
         entry = self._objects[ok]
         bk = (*ok, index)
         old = self._mem.pop(bk, None)
         if old is not None:
-            self.used -= len(old)
+            self.used -= self.charge(len(old))
         self._mem[bk] = data
-        self.used += len(data)
+        self.used += self.charge(len(data))
         if not entry.blocks:
             self._idle.pop(ok, None)
         entry.blocks.add(index)
@@ -139,7 +149,7 @@ class BlockTable:
         # The block just put is newest and fits the budget alone: it is never evicted here.
         while self.used > self.budget:
             (url, key, i), old = self._mem.popitem(last=False)
-            self.used -= len(old)
+            self.used -= self.charge(len(old))
             evicted += 1
             owner = self._objects[url, key]
             owner.blocks.discard(i)

@@ -318,7 +318,8 @@ class DiskCache:
 
     # -- writing -------------------------------------------------------------------------
 
-    async def put(self, url: str, key: str, etag: str, index: int, data: bytes) -> None:
+    async def put(self, url: str, key: str, etag: str, index: int,
+                  data: bytes | memoryview) -> None:
         """Keep one block. Never raises but Cancelled: a cache that cannot write keeps less."""
         await self.load()
         ik = self._key(url, key, index)
@@ -370,7 +371,7 @@ class DiskCache:
         victims += self._evict(self.size)
         await self._unlink(victims)
 
-    def _write(self, name: str, head: bytes, data: bytes, others: int,
+    def _write(self, name: str, head: bytes, data: bytes | memoryview, others: int,
                victims: list[str]) -> int:
         """Remove ``victims``, then write the block unless that would leave too little free
         space; 0 if written, else how many bytes short of the free space to leave."""

@@ -52,7 +52,7 @@ class WriteBehind:
             await self._idle.wait()
 
     async def spill(self, nursery: trio.Nursery | None, url: str, key: str, etag: str,
-                    blocks: list[tuple[int, bytes]]) -> None:
+                    blocks: list[tuple[int, bytes | memoryview]]) -> None:
         """Write the blocks ``(index, data)`` of object ``key`` at ``etag``: behind, in
         ``nursery`` (as many, from the first, as the queue takes), or inline without one."""
         if not blocks:
@@ -78,8 +78,8 @@ class WriteBehind:
                 self._idle = trio.Event()
             self.queued += size
 
-    async def _write(self, url: str, key: str, etag: str, blocks: list[tuple[int, bytes]],
-                     queued: int) -> None:
+    async def _write(self, url: str, key: str, etag: str,
+                     blocks: list[tuple[int, bytes | memoryview]], queued: int) -> None:
         try:
             for i, block in blocks:
                 await self.disk.put(url, key, etag, i, block)
