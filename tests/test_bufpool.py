@@ -1,0 +1,163 @@
+"""The buffer pool (``mountd.cache.bufpool``) and the caches' use of it: size
+classes and charges, slots used again only once every view of them is gone
+(slices, ``numpy`` arrays), the limit on mapped bytes, buffers taken in
+worker threads; the block cache and the chunk cache charging slots to their
+budgets and never changing bytes a reader holds. No FUSE, no servers."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trio
+
+from mountd.cache.bufpool import POOLED_MIN, BufferPool, charge, size_class
+from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
+from mountd.io.blockcache import BlockCache
+from mountd.io.local import LocalStore
+
+MIB = 1 << 20
+
+
+def test_size_classes_are_whole_pages_and_at_most_a_quarter_more() -> None:
+    for n in (1, 4096, 4097, 300_000, MIB, MIB + 1, 3 * MIB + 5, 4 * MIB, 17 * MIB):
+        cls = size_class(n)
+        assert cls >= n and cls % 4096 == 0
+        assert cls <= max(4096, n * 5 // 4 + 4096)
+    assert size_class(4 * MIB) == 4 * MIB
+    assert charge(100) == 100  # small: bytes on the heap, charged as they are
+    assert charge(POOLED_MIN) == size_class(POOLED_MIN)
+
+
+def test_a_slot_comes_back_only_when_every_view_is_gone() -> None:
+    pool = BufferPool(limit=8 * MIB)
+    buf = pool.take(MIB)
+    buf[:] = b"a" * MIB
+    part = buf[10:20]
+    arr = np.frombuffer(buf, np.uint8)[5:9]
+    del buf
+    gc.collect()
+    assert pool.in_use == MIB and pool.reused == 0
+    other = pool.take(MIB)  # a slot of its own: the first is still held
+    other[:] = b"b" * MIB
+    assert bytes(part) == b"a" * 10 and bytes(arr) == b"aaaa"
+    del part
+    assert pool.in_use == 2 * MIB
+    del arr
+    assert pool.in_use == MIB
+    again = pool.take(MIB)
+    assert pool.reused == 1 and pool.resident == 2 * MIB
+    del other, again
+    assert pool.in_use == 0 and pool.resident == 2 * MIB
+
+
+def test_resident_bytes_stay_within_the_limit_while_slots_wait() -> None:
+    pool = BufferPool(limit=4 * MIB)
+    held = [pool.take(MIB) for _ in range(4)]
+    assert pool.resident == 4 * MIB and pool.over == 0
+    extra = pool.take(MIB)  # taking never fails: the pool goes over its limit
+    assert pool.over == MIB and pool.peak_over == MIB
+    del extra  # given back over the limit: unmapped at once
+    assert pool.resident == 4 * MIB and pool.unmapped == 1
+    del held[:2]
+    assert pool.resident == 4 * MIB  # two wait for reuse
+    big = pool.take(2 * MIB)  # another class: the waiting ones make room
+    assert pool.resident == 4 * MIB and pool.over == 0
+    del big, held
+
+
+def test_copy_keeps_small_data_as_bytes_of_its_own() -> None:
+    pool = BufferPool(limit=MIB)
+    body = bytes(range(256)) * 64
+    small = pool.copy(memoryview(body)[:100])
+    assert type(small) is bytes and small == body[:100]
+    large = pool.copy(b"x" * POOLED_MIN)
+    assert isinstance(large, memoryview) and bytes(large) == b"x" * POOLED_MIN
+
+
+def test_buffers_taken_and_dropped_in_threads() -> None:
+    pool = BufferPool(limit=16 * MIB)
+    kept: list[memoryview] = []
+    lock = threading.Lock()
+
+    def work(seed: int) -> None:
+        for i in range(50):
+            buf = pool.take(POOLED_MIN + 4096 * (i % 3))
+            buf[:8] = seed.to_bytes(8, "little")
+            if i % 10 == 0:
+                with lock:
+                    kept.append(buf)
+            assert int.from_bytes(buf[:8], "little") == seed
+            del buf
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pool.in_use == sum(size_class(len(b)) for b in kept)
+    kept.clear()
+    assert pool.in_use == 0 and pool.resident <= 16 * MIB
+
+
+# --------------------------------------------------------------------------- the caches
+
+
+def test_block_cache_charges_slots_and_readers_get_bytes_of_their_own(tmp_path: Path) -> None:
+    data = bytes(range(256)) * (12 * 1024)  # 3 MiB: three 1 MiB blocks
+    (tmp_path / "k").write_bytes(data)
+    store = LocalStore(tmp_path)
+
+    async def main() -> None:
+        cache = BlockCache(4 * MIB)
+        first = (await cache.read(store, "k")).data
+        assert type(first) is bytes and first == data
+        assert cache.used == 3 * MIB and cache.pool.in_use == 3 * MIB
+        cache.budget = 2 * MIB
+        assert cache.pool.limit == 2 * MIB
+        again = (await cache.read(store, "k")).data  # from the cache: a copy of its own
+        assert again == data and cache.stats.misses == 3
+
+    trio.run(main)
+
+
+def test_chunk_cache_keeps_large_chunks_pooled_and_a_reader_keeps_its_view() -> None:
+    async def main() -> None:
+        cache = ChunkCache(2 * MIB + 2 * ENTRY_OVERHEAD)
+
+        def fetch(fill: int) -> Callable[[], Awaitable[bytes]]:
+            async def one() -> bytes:
+                return bytes([fill]) * MIB
+            return one
+
+        a = await cache.get("a", fetch(1))
+        assert isinstance(a, memoryview) and a.readonly and a == bytes([1]) * MIB
+        assert cache.used == MIB + ENTRY_OVERHEAD
+        await cache.get("b", fetch(2))
+        await cache.get("c", fetch(3))  # evicts a; its slot is still ours
+        assert "a" not in cache
+        assert cache.pool.in_use == 3 * MIB
+        await cache.get("d", fetch(4))  # b's slot comes back, a's stays held
+        assert bytes(a) == bytes([1]) * MIB
+        del a
+        assert cache.pool.in_use == 2 * MIB
+
+    trio.run(main)
+
+
+@pytest.mark.parametrize("size", [100, POOLED_MIN])
+def test_chunk_cache_charges_small_chunks_as_they_are(size: int) -> None:
+    async def main() -> None:
+        cache = ChunkCache(8 * MIB)
+
+        async def one() -> bytes:
+            return b"z" * size
+
+        await cache.get("k", one)
+        assert cache.used == ENTRY_OVERHEAD + charge(size)
+
+    trio.run(main)
