@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mountd import __version__, logsafe
+from mountd.cache.bufpool import BufferPool
 from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.control import Control, ControlDir
@@ -97,7 +98,7 @@ class Reporter:
                      "bytes": memo.used, "budget_bytes": memo.max_bytes},
             "chunks": {"hits": chunks.hits, "misses": chunks.misses,
                        "evictions": chunks.evictions, "bytes": chunks.used,
-                       "budget_bytes": chunks.budget,
+                       "budget_bytes": chunks.budget, **_pool(chunks.pool),
                        "versions": self.tree.data_epochs.learnt,
                        "revalidated": self.tree.data_epochs.kept},
             "pages": {"hits": self.tree.pages_kept, "misses": self.tree.pages_dropped},
@@ -110,7 +111,7 @@ class Reporter:
         blocks = self.block_cache
         if blocks is not None:
             caches["blocks"] = {**dataclasses.asdict(blocks.stats), "bytes": blocks.used,
-                                "budget_bytes": blocks.budget}
+                                "budget_bytes": blocks.budget, **_pool(blocks.pool)}
             if blocks.disk is not None:
                 caches["disk"] = {**dataclasses.asdict(blocks.disk.stats),
                                   "bytes": blocks.disk.used, "budget_bytes": blocks.disk.size}
@@ -134,6 +135,14 @@ class Reporter:
             "config.json": lambda: dumps(self.settings()),
             "metrics": lambda: self.metrics().encode(),
         }, clock=clock))
+
+
+def _pool(pool: BufferPool) -> dict[str, int]:
+    """What a cache's buffer pool maps: every slot (``mapped_bytes``), those in use,
+    kept by the cache or still held by a reader it let go of (``held_bytes``), and
+    the most it mapped beyond the cache's budget at once (``over_budget_peak_bytes``)."""
+    return {"mapped_bytes": pool.resident, "held_bytes": pool.in_use,
+            "over_budget_peak_bytes": pool.peak_over}
 
 
 def _memory() -> dict[str, int]:
@@ -175,7 +184,8 @@ def _exposition(doc: dict[str, Any]) -> Iterator[str]:
     caches = doc["caches"]
     names = sorted({field for figures in caches.values() for field in figures})
     for field in names:
-        gauge = field in ("bytes", "budget_bytes", "entries", "max_entries")
+        gauge = field in ("bytes", "budget_bytes", "entries", "max_entries", "mapped_bytes",
+                          "held_bytes", "over_budget_peak_bytes")
         yield from _family(f"{p}cache_{field}" + ("" if gauge else "_total"),
                            "gauge" if gauge else "counter",
                            f"Cache {field.replace('_', ' ')}.",

@@ -558,8 +558,8 @@ class RecordingCache(ChunkCache):
         super().__init__(budget, nursery, prefetch_limit)
         self.asked: list[tuple[int, ...]] = []
 
-    def prefetch_many(self, keys, fetch, batch=1) -> int:  # type: ignore[no-untyped-def]
-        accepted = super().prefetch_many(keys, fetch, batch)
+    def prefetch_many(self, keys, fetch, batch=1, unit=0) -> int:  # type: ignore[no-untyped-def]
+        accepted = super().prefetch_many(keys, fetch, batch, unit)
         self.asked.extend(key[-1] for key in keys[:accepted])
         return accepted
 

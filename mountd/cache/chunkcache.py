@@ -37,6 +37,14 @@ until then: no prefetching), so background work always has an owner; it never
 raises. At most ``prefetch_limit`` prefetch batches and ``prefetch_chunks``
 prefetched chunks are under way at once; what is refused is left for the
 reader's readahead to ask again on its next read.
+
+Fetches under way are charged to the budget too: each reserves ``unit``
+bytes per chunk (what the caller says one entry will cost) until its
+outcome is stored, and storing evicts until the entries and the
+reservations together fit (``reserved``). A prefetch is refused, so it
+waits for the reader's next read, while reservations would pass half the
+budget (``PREFETCH_SHARE``); a reader's own fetch is never refused: it
+may overdraw the budget until it is stored.
 """
 
 from __future__ import annotations
@@ -70,6 +78,8 @@ PREFETCH_CHUNKS = 16384
 FETCH_CONCURRENCY = 4
 #: How long a failed fetch's error is given to new readers before a retry.
 ERROR_TTL = 2.0
+#: The part of the budget that fetches under way may reserve before prefetches wait.
+PREFETCH_SHARE = 0.5
 #: Failures remembered at most: past it the oldest goes, expired or not (its
 #: next reader fetches again sooner, which is all a forgotten failure costs).
 MAX_FAILED = 1024
@@ -119,6 +129,9 @@ class ChunkCache:
         #: Prefetch batches and chunks under way.
         self.prefetch_tasks = 0
         self.prefetching = 0
+        #: Bytes reserved by fetches under way; prefetches refused for want of room.
+        self.reserved = 0
+        self.refused = 0
 
     @property
     def budget(self) -> int:
@@ -149,8 +162,9 @@ class ChunkCache:
         del self._failed[key]
         return None
 
-    async def get(self, key: Hashable, fetch: Fetch) -> Chunk | None:
-        """The chunk for ``key``: from the cache, from a fetch under way, or fetched now."""
+    async def get(self, key: Hashable, fetch: Fetch, unit: int = 0) -> Chunk | None:
+        """The chunk for ``key``: from the cache, from a fetch under way, or fetched now
+        (reserving ``unit`` bytes meanwhile)."""
         if key in self._items:
             self._items.move_to_end(key)
             self.hits += 1
@@ -168,8 +182,12 @@ class ChunkCache:
         self.misses += 1
         pending = _Pending(trio.Event())
         self._pending[key] = pending
+        self.reserved += unit
         try:
-            value = await fetch()
+            try:
+                value = await fetch()
+            finally:
+                self.reserved -= unit
         except BaseException as exc:
             pending.error = exc
             if isinstance(exc, MountError):
@@ -183,10 +201,10 @@ class ChunkCache:
         return pending.value
 
     async def get_many(self, keys: Sequence[Hashable], fetch: FetchMany,
-                       batch: int = 1) -> list[Outcome]:
+                       batch: int = 1, unit: int = 0) -> list[Outcome]:
         """The outcome for every key, in order: cached ones at once, ones under way
         when their fetch ends, the rest fetched ``batch`` keys per ``fetch`` call,
-        ``FETCH_CONCURRENCY`` calls at once."""
+        ``FETCH_CONCURRENCY`` calls at once, each reserving ``unit`` bytes a key."""
         out: list[Outcome] = [None] * len(keys)
         waits: list[tuple[int, _Pending]] = []
         mine: _Group = []
@@ -212,13 +230,13 @@ class ChunkCache:
         groups = [mine[i:i + batch] for i in range(0, len(mine), max(1, batch))]
         try:
             if len(groups) == 1:
-                await self._fetch_group(groups[0], fetch, out)
+                await self._reserve_and_fetch(groups[0], fetch, out, unit)
             elif groups:
                 todo = iter(groups)
 
                 async def worker() -> None:
                     for group in todo:
-                        await self._fetch_group(group, fetch, out)
+                        await self._reserve_and_fetch(group, fetch, out, unit)
 
                 async with trio.open_nursery() as nursery:
                     for _ in range(min(FETCH_CONCURRENCY, len(groups))):
@@ -236,13 +254,22 @@ class ChunkCache:
                 out[pos] = StorageError(str(keys[pos]), "fetch did not finish")
         return out
 
+    async def _reserve_and_fetch(self, group: _Group, fetch: FetchMany,
+                                 out: list[Outcome], unit: int) -> None:
+        self.reserved += unit * len(group)
+        await self._fetch_group(group, fetch, out, unit * len(group))
+
     async def _fetch_group(self, group: _Group, fetch: FetchMany,
-                           out: list[Outcome] | None) -> None:
-        """Fetch one batch and settle its pending entries (and ``out``, if given)."""
+                           out: list[Outcome] | None, held: int) -> None:
+        """Fetch one batch and settle its pending entries (and ``out``, if given);
+        the ``held`` bytes its caller reserved are given back once the fetch ends,
+        before its outcomes are stored."""
         try:
             values: Sequence[Outcome] = await fetch([key for _, key, _ in group])
         except MountError as exc:
             values = [exc] * len(group)
+        finally:
+            self.reserved -= held
         if len(values) != len(group):
             raise RuntimeError(f"batch fetch gave {len(values)} outcomes for {len(group)} keys")
         for (pos, key, pending), value in zip(group, values, strict=True):
@@ -283,27 +310,35 @@ class ChunkCache:
             value = self.pool.copy(value).toreadonly()
         self._items[key] = value
         self.used += size
-        while self.used > self.budget and self._items:
+        # The entry just stored is newest: it stays even while reservations overdraw.
+        while self.used + self.reserved > self.budget and len(self._items) > 1:
             _, evicted = self._items.popitem(last=False)
             self.used -= entry_cost(evicted)
             self.evictions += 1
         return value
 
-    def prefetch_many(self, keys: Sequence[Hashable], fetch: FetchMany, batch: int = 1) -> int:
-        """Start fetching ``keys`` in the background, ``batch`` per ``fetch`` call.
+    def prefetch_many(self, keys: Sequence[Hashable], fetch: FetchMany, batch: int = 1,
+                      unit: int = 0) -> int:
+        """Start fetching ``keys`` in the background, ``batch`` per ``fetch`` call,
+        each reserving ``unit`` bytes of the budget until it is stored.
 
         Returns how many of ``keys``, from the first on, are now cached, under
-        way or started; the first key past that was refused (no nursery, or
-        the prefetch limits reached) and should be asked for again later.
+        way or started; the first key past that was refused (no nursery, the
+        prefetch limits reached, or no room in the budget) and should be asked
+        for again later.
         """
         if self.nursery is None:
             return 0
         accepted = 0
         group: _Group = []
+        room = self.budget * PREFETCH_SHARE
         for key in keys:
             if key in self._items or key in self._pending:
                 accepted += 1
                 continue
+            if self.reserved + unit * (len(group) + 1) > room:
+                self.refused += 1
+                break
             if self.prefetching >= self._prefetch_chunks or \
                     (not group and self.prefetch_tasks >= self._prefetch_limit):
                 break
@@ -313,21 +348,22 @@ class ChunkCache:
             self.prefetching += 1
             accepted += 1
             if len(group) >= batch:
-                self._start(group, fetch)
+                self._start(group, fetch, unit)
                 group = []
         if group:
-            self._start(group, fetch)
+            self._start(group, fetch, unit)
         return accepted
 
-    def _start(self, group: _Group, fetch: FetchMany) -> None:
+    def _start(self, group: _Group, fetch: FetchMany, unit: int) -> None:
         assert self.nursery is not None
         self.prefetch_tasks += 1
         self.misses += len(group)
-        self.nursery.start_soon(self._prefetch_group, group, fetch)
+        self.reserved += unit * len(group)
+        self.nursery.start_soon(self._prefetch_group, group, fetch, unit * len(group))
 
-    async def _prefetch_group(self, group: _Group, fetch: FetchMany) -> None:
+    async def _prefetch_group(self, group: _Group, fetch: FetchMany, held: int) -> None:
         try:
-            await self._fetch_group(group, fetch, None)
+            await self._fetch_group(group, fetch, None, held)
         except Exception:
             log.exception("prefetch of %d chunks from %s failed", len(group), group[0][1])
         finally:

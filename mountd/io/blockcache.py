@@ -54,6 +54,15 @@ Design, mountpoint-s3 style:
   bytes, with at most ``prefetch_limit`` under way; no nursery means no
   readahead. Prefetches never raise: a failed one lets go of its blocks, and
   a reader waiting on them fetches them itself.
+- Memory: blocks of ``mountd.cache.bufpool.POOLED_MIN`` bytes or more live
+  in the cache's ``BufferPool`` (recycled ``mmap`` slots, not the C heap),
+  each charged its slot's size; a read gets a copy of its own, never a view
+  of a slot. A ranged fetch under way reserves its bytes in the budget
+  (``BlockTable.reserved``) until its blocks are put, and putting evicts
+  until the blocks and the reservations fit. A readahead that would take
+  reservations past half the budget (``PREFETCH_SHARE``) is dropped (the
+  reader's next read plans it again); a reader's own fetch is never refused,
+  and may overdraw until its blocks are put.
 - Fetched blocks are written behind to the disk cache in the same nursery
   (inline without one), at most ``WRITE_BEHIND`` bytes queued
   (``writebehind.WriteBehind``).
@@ -68,7 +77,8 @@ Design, mountpoint-s3 style:
 Counters are in ``stats`` (``CacheStats``): ``hits`` and ``misses`` count the
 blocks reads wanted (a block already on its way is a hit); ``disk_hits`` the
 misses the disk served; ``requests`` every fetch sent to storage, of which
-``prefetches`` were readahead; ``bytes_fetched``; ``heads``;
+``prefetches`` were readahead, and ``prefetches_dropped`` readahead
+requests not sent for want of room in the budget; ``bytes_fetched``; ``heads``;
 ``invalidations``, objects dropped because their etag changed;
 ``evictions``, blocks dropped from memory for room; and, counted by
 ``mountd.io.decodedcache`` (``-o cache_decoded``) for the stores of this
@@ -122,6 +132,8 @@ BLOCK_SIZE = 1 << 20
 PREFETCH_REQUEST = 8 << 20
 #: Prefetch requests under way at most (8 x 8 MiB covers the largest window).
 PREFETCH_LIMIT = 8
+#: The part of the budget that fetches under way may reserve before readahead is dropped.
+PREFETCH_SHARE = 0.5
 
 
 @dataclass(slots=True)
@@ -139,6 +151,7 @@ class CacheStats:
     evictions: int = 0
     decoded_hits: int = 0
     decoded_misses: int = 0
+    prefetches_dropped: int = 0
 
 
 @dataclass(slots=True)
@@ -406,8 +419,13 @@ class BlockCache:
         self.stats.requests += 1
         if prefetch:
             self.stats.prefetches += 1
+        held = len(run) * bs
+        self._table.reserved += held
         try:
-            fetched = await store.fetch(key, ByteRange(start, len(run) * bs), if_match=etag)
+            try:
+                fetched = await store.fetch(key, ByteRange(start, held), if_match=etag)
+            finally:
+                self._table.reserved -= held
             expected = min(len(run) * bs, max(fetched.info.size - start, 0))
             if len(fetched.data) != expected:
                 raise StorageError(key, f"short read: {len(fetched.data)} of {expected} bytes "
@@ -589,8 +607,12 @@ class BlockCache:
         plan = prefetch_plan(start, end, self.block_size, self.prefetch_request,
                              lambda i: (url, key, i) in self._table
                              or (url, key, i) in self._pending)
+        room = self.budget * PREFETCH_SHARE
         for run in plan:
             if self._prefetching >= self.prefetch_limit:
+                return
+            if self._table.reserved + len(run) * self.block_size > room:
+                self.stats.prefetches_dropped += 1
                 return
             claimed = {i: _Pending() for i in run}
             for i, pending in claimed.items():

@@ -65,8 +65,10 @@ class BlockTable:
         self.charge = charge
         #: At least 1, so an object just remembered is still known when its blocks come.
         self.idle_objects = max(idle_objects, 1)
-        #: Bytes charged for the blocks in memory.
+        #: Bytes charged for the blocks in memory, and reserved by fetches under way
+        #: (set by the cache): putting a block evicts until both fit the budget.
         self.used = 0
+        self.reserved = 0
         self._mem: OrderedDict[BlockKey, Block] = OrderedDict()
         self._objects: dict[ObjKey, ObjectEntry] = {}
         self._idle: OrderedDict[ObjKey, None] = OrderedDict()
@@ -146,8 +148,9 @@ class BlockTable:
             self._idle.pop(ok, None)
         entry.blocks.add(index)
         evicted = 0
-        # The block just put is newest and fits the budget alone: it is never evicted here.
-        while self.used > self.budget:
+        # The block just put is newest and fits the budget alone: it is never evicted
+        # here, even while reservations overdraw the budget.
+        while self.used + self.reserved > self.budget and len(self._mem) > 1:
             (url, key, i), old = self._mem.popitem(last=False)
             self.used -= self.charge(len(old))
             evicted += 1

@@ -230,7 +230,7 @@ class Tree:
         """A decoded chunk through the shared cache; None if it is not stored."""
         epoch = await self.data_epoch(op, ds)
         return await self.chunk_cache.get((op.domain.path, ds.id, epoch, index),
-                                          lambda: ds.read_chunk(index))
+                                          lambda: ds.read_chunk(index), chunk_unit(ds))
 
     @staticmethod
     def _chunk_keys(op: ObjPath, ds: Dataset, epoch: Hashable,
@@ -244,7 +244,7 @@ class Tree:
         epoch = await self.data_epoch(op, ds)
         return await self.chunk_cache.get_many(
             self._chunk_keys(op, ds, epoch, indices), chunkbatch.fetcher(ds),
-            chunkbatch.batch_size(ds))
+            chunkbatch.batch_size(ds), chunk_unit(ds))
 
     def prefetch_chunks(self, op: ObjPath, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
         """Start decoding chunks in the background, in batches; how many of
@@ -255,7 +255,7 @@ class Tree:
             return 0
         return self.chunk_cache.prefetch_many(
             self._chunk_keys(op, ds, epoch, indices), chunkbatch.fetcher(ds),
-            chunkbatch.batch_size(ds))
+            chunkbatch.batch_size(ds), chunk_unit(ds))
 
     def chunk_file_read(self, op: ObjPath, ds: Dataset, index: ChunkIndex) -> None:
         """A chunk file is being read: prefetch the next chunks in grid order if
