@@ -265,8 +265,9 @@ class MountConfig:
              "to reads that start later")
     chunk_cache: int = option(
         size(), default=256 << 20,
-        help="memory for decoded chunks, so that a sequential read decodes each chunk once. "
-             "A `.npy` read sequentially crosses a whole chunk row (the chunks a band of "
+        help="memory for decoded chunks, so that a sequential read decodes each chunk once; "
+             "chunks being fetched and decoded count against it too, and readahead waits "
+             "while they would take more than half of it. A `.npy` read sequentially crosses a whole chunk row (the chunks a band of "
              "whole rows touches); when the cache cannot hold one, the open file holds the "
              f"chunk rows it reads apart from the cache instead (up to {ROW_BANDS_BYTES >> 20} "
              "MiB for all open files, else each chunk is decoded again per band of rows), and "
@@ -277,7 +278,9 @@ class MountConfig:
              "(0 keeps the kernel's default)")
     cache_size: int = option(
         size(), default=512 << 20,
-        help="memory for 1 MiB blocks of remote objects (S3, http(s) refs), validated by ETag")
+        help="memory for 1 MiB blocks of remote objects (S3, http(s) refs), validated by "
+             "ETag; ranged requests under way count against it too, and readahead is dropped "
+             "while they would take more than half of it")
     cache_dir: str | None = option(
         text("DIR", "directory", path=True), shown="none",
         help="also keep remote blocks on disk in DIR, validated by ETag, so they survive a "
