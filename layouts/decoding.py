@@ -7,6 +7,11 @@ process: decoding is CPU work, and more threads than cores only add memory.
 A decode small enough to cost less than a thread hop (under
 ``THREAD_THRESHOLD`` bytes read and written) runs right in the calling task.
 
+It also owns where a decoder that writes its output in place takes that
+output from (``OUTPUT``: ``bytearray`` unless the process's owner of chunk
+memory, the daemon, hands it the chunk cache's buffer pool), so that a
+decoded chunk is born where the cache keeps it, with no copy.
+
 It also owns the port through which a decode is skipped: ``DecodedCache``
 (``-o cache_decoded``, implemented by ``mountd.io.decodedcache``) keeps the
 decoded bytes of a chunk, named by the object they were decoded from and a
@@ -16,7 +21,9 @@ etag ``put`` takes is the one the object's bytes were read at (from
 ``Store.fetch``), never one looked up later, so bytes decoded from an old
 version are never kept as the new one's.
 
-Concurrency: ``decode_sized`` may be awaited from any number of trio tasks;
+Concurrency: ``OUTPUT.take`` is called from decoding threads, so what it is
+set to must be thread-safe; it is set once, before the first decode.
+``decode_sized`` may be awaited from any number of trio tasks;
 at most ``DECODE_LIMITER.total_tokens`` (2) worker threads decode at once,
 and the others wait for a token. The functions run in threads must be safe
 there (numcodecs, bitshuffle and numpy release the GIL).
@@ -41,6 +48,18 @@ DECODE_LIMITER = trio.CapacityLimiter(2)
 #: Part of every ``decoded_token``: raise it when a decoder's output changes, so that
 #: decoded chunks kept by an older h5mount are not served.
 DECODED_VERSION = 1
+
+
+class Output:
+    """Where in-place decoders take their output: ``take(nbytes)`` gives a writable
+    buffer of exactly ``nbytes``."""
+
+    def __init__(self) -> None:
+        self.take: Callable[[int], bytearray | memoryview] = bytearray
+
+
+#: The process's ``Output``.
+OUTPUT = Output()
 
 
 async def decode_sized(nbytes: int, fn: Callable[..., T], *args: Any) -> T:

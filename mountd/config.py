@@ -267,11 +267,12 @@ class MountConfig:
         size(), default=256 << 20,
         help="memory for decoded chunks, so that a sequential read decodes each chunk once; "
              "chunks being fetched and decoded count against it too, and readahead waits "
-             "while they would take more than half of it. A `.npy` read sequentially crosses a whole chunk row (the chunks a band of "
-             "whole rows touches); when the cache cannot hold one, the open file holds the "
-             f"chunk rows it reads apart from the cache instead (up to {ROW_BANDS_BYTES >> 20} "
-             "MiB for all open files, else each chunk is decoded again per band of rows), and "
-             "the log says once per dataset what size would do")
+             "while they would take more than half of it. A `.npy` read sequentially "
+             "crosses a whole chunk row (the chunks a band of whole rows touches); when the "
+             "cache cannot hold one, the open file holds the chunk rows it reads apart from "
+             f"the cache instead (up to {ROW_BANDS_BYTES >> 20} MiB for all open files, else "
+             "each chunk is decoded again per band of rows), and the log says once per "
+             "dataset what size would do")
     readahead: int = option(
         size(), default=1 << 20,
         help="largest read the kernel sends, set on the mount's own bdi when run as root "

@@ -47,6 +47,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from layouts import decoding
 from layouts.views import VIEWS
 from mountd import logsafe, stats
 from mountd.acls import AclPolicy, read_map
@@ -313,6 +314,8 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     keep_freed_memory()
     tune_gc()
     cache = ChunkCache(config.chunk_cache)
+    if config.chunk_cache:  # chunks decoded in place are born in the buffers the cache keeps
+        decoding.OUTPUT.take = cache.pool.buffer
     catalog = CachedCatalog(source.catalog, ttl=config.metadata_ttl)
     tree = make_tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
                      h5views=H5Views.for_mount(config))

@@ -11,10 +11,13 @@ import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import numcodecs
 import numpy as np
 import pytest
 import trio
 
+from layouts import decoding
+from layouts.hdf5 import _blosc
 from mountd.cache.bufpool import POOLED_MIN, BufferPool, charge, size_class
 from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.io.blockcache import BlockCache
@@ -161,3 +164,26 @@ def test_chunk_cache_charges_small_chunks_as_they_are(size: int) -> None:
         assert cache.used == ENTRY_OVERHEAD + charge(size)
 
     trio.run(main)
+
+
+def test_a_chunk_decoded_into_the_pool_is_kept_without_a_copy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = ChunkCache(8 * MIB)
+    monkeypatch.setattr(decoding.OUTPUT, "take", cache.pool.buffer)
+    data = np.arange(MIB // 4, dtype="<f4").tobytes()
+    frame = numcodecs.Blosc(cname="zlib", clevel=4, shuffle=numcodecs.Blosc.SHUFFLE).encode(data)
+    decoded = _blosc.decode(frame, len(data), "chunk")
+    assert decoded is not None and cache.pool.owns(decoded) and decoded == data
+
+    async def main() -> None:
+        async def one() -> memoryview:
+            assert isinstance(decoded, memoryview)
+            return decoded
+
+        got = await cache.get("k", one)
+        assert isinstance(got, memoryview) and got.readonly and got == data
+        assert cache.pool.taken == 1  # the decoder's buffer, not a copy of it
+
+    trio.run(main)
+    assert _blosc.decode(numcodecs.Blosc(cname="zlib").encode(b"x" * 100), 100, "small") \
+        == b"x" * 100  # small: a bytearray of its own

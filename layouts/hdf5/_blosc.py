@@ -58,6 +58,7 @@ import struct
 import deflate
 import numpy as np
 
+from layouts.decoding import OUTPUT
 from layouts.errors import Corrupt
 
 #: Blosc 1 header: version, versionlz, flags, typesize, nbytes, blocksize, cbytes.
@@ -81,9 +82,10 @@ MAX_BLOCKSIZE = (_INT32_MAX - 255 * 4) // 3
 _INT32 = struct.Struct("<i")
 
 
-def decode(raw: bytes, limit: int, key: str) -> bytearray | None:
-    """The Blosc 1 zlib frame ``raw`` decoded, as numcodecs decodes it; None if this
-    module does not handle it (the caller runs numcodecs). Corrupt if its header
+def decode(raw: bytes, limit: int, key: str) -> bytearray | memoryview | None:
+    """The Blosc 1 zlib frame ``raw`` decoded, as numcodecs decodes it, into a buffer
+    from ``layouts.decoding.OUTPUT``; None if this module does not handle it (the
+    caller runs numcodecs). Corrupt if its header
     states more than ``limit`` bytes or a frame size other than ``len(raw)``, or if
     c-blosc would leave part of the output unwritten."""
     if len(raw) < HEADER.size:
@@ -109,7 +111,7 @@ def decode(raw: bytes, limit: int, key: str) -> bytearray | None:
     if split and blocksize % typesize:
         raise Corrupt(key, f"Blosc blocks of {blocksize} bytes split in {typesize} streams")
     starts = struct.unpack_from(f"<{nblocks}i", raw, HEADER.size)
-    decoded = bytearray(nbytes)  # returned as is: a copy costs a quarter of the decode
+    decoded = OUTPUT.take(nbytes)  # returned as is: a copy costs a quarter of the decode
     out = np.frombuffer(decoded, np.uint8)
     view = memoryview(raw)
     for index, start in enumerate(starts):

@@ -129,8 +129,18 @@ class BufferPool:
                 self.peak_over = max(self.peak_over, self.over)
             self.in_use += size
         owner = _exporter(nbytes).from_buffer(slot)
+        owner.pool = self  # type: ignore[attr-defined]  # see ``owns``
         weakref.finalize(owner, self._give_back, size, slot)
         return memoryview(owner).cast("B")
+
+    def buffer(self, nbytes: int) -> bytearray | memoryview:
+        """A writable buffer of ``nbytes``: pooled when it is large enough, else a
+        ``bytearray`` (``layouts.decoding.OUTPUT`` for decoders that write in place)."""
+        return self.take(nbytes) if self.pooled(nbytes) else bytearray(nbytes)
+
+    def owns(self, data: bytes | bytearray | memoryview) -> bool:
+        """Whether ``data`` is a view of a buffer this pool handed out."""
+        return isinstance(data, memoryview) and getattr(data.obj, "pool", None) is self
 
     def copy(self, data: bytes | bytearray | memoryview) -> bytes | memoryview:
         """``data`` in a pooled buffer when it is large enough, else as ``bytes`` of

@@ -307,7 +307,8 @@ class ChunkCache:
         if size > self.budget:
             return value
         if value is not None and self.pool.pooled(len(value)):
-            value = self.pool.copy(value).toreadonly()
+            kept = value if self.pool.owns(value) else self.pool.copy(value)
+            value = memoryview(kept).toreadonly()
         self._items[key] = value
         self.used += size
         # The entry just stored is newest: it stays even while reservations overdraw.
