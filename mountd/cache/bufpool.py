@@ -38,8 +38,12 @@ bytes mapped beyond the limit at the worst moment (``peak_over``).
 
 Concurrency: ``take`` may be called from any thread (decoders run in
 worker threads) and a slot is given back in whichever thread dropped the
-last view of it; one ``threading.Lock`` guards the free lists and counters,
-held for no I/O and no system call but ``mmap``/``madvise``.
+last view of it; one ``threading.RLock`` guards the free lists and
+counters, held for no I/O and no system call but ``mmap``/``madvise``. It
+is reentrant because a slot may be given back inside ``take`` itself: the
+cyclic garbage collector can run at any allocation and free the last view
+of another slot. Every change under it is therefore one complete step
+(``setdefault`` then ``append``), never a list taken out and put back.
 """
 
 from __future__ import annotations
@@ -86,7 +90,7 @@ class BufferPool:
     def __init__(self, limit: int, smallest: int = POOLED_MIN) -> None:
         self.limit = limit
         self.smallest = smallest
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         #: Waiting slots by class, the class used last at the end.
         self._free: OrderedDict[int, list[mmap.mmap]] = OrderedDict()
         #: Bytes of slots mapped (in use or waiting), and of those in use.
@@ -174,6 +178,5 @@ class BufferPool:
             if self.resident > self.limit:
                 self._unmap(size, slot)
                 return
-            waiting = self._free.pop(size, None) or []
-            waiting.append(slot)
-            self._free[size] = waiting
+            self._free.setdefault(size, []).append(slot)
+            self._free.move_to_end(size)
