@@ -28,7 +28,9 @@ measures:
   (``cache_size`` + ``chunk_cache``) + 150 MiB.
 
 It prints a table and replaces its own section of ``docs/benchmarks.md``
-(``bench.s3report``). When the mount cannot serve ``s3://`` yet, the mount
+(``bench.s3report``). ``--cases`` runs some groups of cases only (``--cases
+stream`` for the peak-RSS run alone); such a run only prints its results,
+unless ``--doc`` names a file. When the mount cannot serve ``s3://`` yet, the mount
 cases are reported as not available and the peers are still measured.
 Every mount is unmounted and every server stopped, also on errors and
 SIGTERM.
