@@ -106,7 +106,7 @@ class Reporter:
             # served from it, misses leases refused, evictions leases taken back.
             "row_bands": {"hits": held.hits, "misses": held.refused,
                           "evictions": held.reclaimed, "bytes": held.used,
-                          "budget_bytes": held.budget},
+                          "budget_bytes": held.budget, **_pool(held.pool)},
         }
         blocks = self.block_cache
         if blocks is not None:

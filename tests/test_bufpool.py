@@ -20,6 +20,7 @@ from layouts import decoding
 from layouts.hdf5 import _blosc
 from mountd.cache.bufpool import POOLED_MIN, BufferPool, charge, size_class
 from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
+from mountd.cache.held import HeldMemory
 from mountd.io.blockcache import BlockCache
 from mountd.io.local import LocalStore
 
@@ -187,3 +188,22 @@ def test_a_chunk_decoded_into_the_pool_is_kept_without_a_copy(
     trio.run(main)
     assert _blosc.decode(numcodecs.Blosc(cname="zlib").encode(b"x" * 100), 100, "small") \
         == b"x" * 100  # small: a bytearray of its own
+
+
+def test_row_band_leases_reuse_the_memory_of_released_ones() -> None:
+    async def main() -> None:
+        held = HeldMemory(4 * MIB, lambda: 0)
+        first = held.lease(2 * MIB, lambda: None)
+        assert first is not None
+        band = np.frombuffer(first.buffer(), np.float32)
+        band[:] = 1.0
+        assert first.buffer() is first.buffer() and held.pool.in_use == 2 * MIB
+        first.release()
+        assert held.pool.in_use == 2 * MIB  # the array still reads it
+        del band
+        assert held.pool.in_use == 0
+        second = held.lease(2 * MIB, lambda: None)
+        assert second is not None and len(second.buffer()) == 2 * MIB
+        assert held.pool.reused == 1 and held.pool.resident == 2 * MIB
+
+    trio.run(main)

@@ -85,6 +85,11 @@ class Lease(Protocol):
         """Record a use (one read served from it): a lease in use is not idle."""
         ...
 
+    def buffer(self) -> bytearray | memoryview:
+        """The leased memory: a writable buffer of the bytes leased, the same one
+        on every call; it may hold what an earlier holder left in it."""
+        ...
+
     def release(self) -> None:
         """Give the memory back (a second call does nothing)."""
         ...

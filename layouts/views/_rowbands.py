@@ -9,9 +9,10 @@ which also logs that once per dataset), each of those bands would decode
 every chunk of the row again. Instead the reader decodes the row once,
 through the chunk cache, into a *band* of its own: the C-order elements of
 the row's rows, in memory leased from the mount's budget
-(``ViewContext.lease``), filled by ``WORKERS`` tasks that each ask for
-``GROUP_BYTES / WORKERS`` of chunks at a time and copy them in, so decoding
-does not wait for the copies. Its reads are then slices of the band.
+(``ViewContext.lease``: the band's array is made in the lease's ``buffer``),
+filled by ``WORKERS`` tasks that each ask for ``GROUP_BYTES / WORKERS`` of
+chunks at a time and copy them in, so decoding does not wait for the
+copies. Its reads are then slices of the band.
 While it reads chunk row ``k`` it assembles ``k + 1`` in the background, as
 the chunk cache's prefetch would have, and it keeps ``k - 1`` until its
 reads are ``BEHIND`` bytes (at most a band) past it, since the kernel's
@@ -280,7 +281,8 @@ class ChunkRows:
         box = (r0, *(0,) * (len(shape) - 1)), (r1, *shape[1:])
         room = band.room
         if room.array is None:
-            room.array = np.empty(band.stop - band.start, dtype=self.item)
+            assert room.lease is not None
+            room.array = np.frombuffer(room.lease.buffer(), dtype=self.item)
         out = room.array[:band.stop - band.start]
         rows = out.reshape(r1 - r0, *shape[1:])
         nbytes = self.ds.chunk_elements * self.item.itemsize

@@ -6,7 +6,11 @@ tenant is the ``.npy`` reader's chunk-row bands (``layouts.views._rowbands``):
 when the chunk cache cannot hold the chunk row a sequential reader is in,
 the reader decodes the row once into a band of its own, leased here.
 
-A lease is given whole or not at all. When the budget is short, leases
+A lease is given whole or not at all. Its memory (``Lease.buffer``) comes
+from the budget's own ``BufferPool`` (``mountd.cache.bufpool``): a band
+left by one reader is reused by the next without fresh pages, and a buffer
+still referenced after its lease ends (an array a read is copying from)
+goes back to the pool only once that reference is gone. When the budget is short, leases
 idle for ``IDLE`` seconds or more (an open file nobody reads, an ``mmap``
 left open) are taken back, least recently used first: their holder's
 ``reclaim`` callback drops what it held, and its next read works as if it
@@ -27,6 +31,8 @@ from collections.abc import Callable, Hashable
 
 import trio
 
+from mountd.cache.bufpool import BufferPool
+
 #: The budget of a mount: bytes all its open files may hold at once.
 ROW_BANDS_BYTES = 256 << 20
 #: A lease unused for this long may be taken back for another reader.
@@ -36,12 +42,13 @@ IDLE = 5.0
 class Lease:
     """``nbytes`` of the budget, held until ``release`` (or taken back)."""
 
-    __slots__ = ("_owner", "_reclaim", "epoch", "nbytes", "used_at")
+    __slots__ = ("_buffer", "_owner", "_reclaim", "epoch", "nbytes", "used_at")
 
     def __init__(self, owner: HeldMemory, nbytes: int, epoch: Hashable,
                  reclaim: Callable[[], None]) -> None:
         self._owner: HeldMemory | None = owner
         self._reclaim = reclaim
+        self._buffer: bytearray | memoryview | None = None
         self.nbytes = nbytes
         self.epoch = epoch
         self.used_at = trio.current_time()
@@ -62,8 +69,16 @@ class Lease:
             self._owner.hits += 1
             self._owner.touched(self)
 
+    def buffer(self) -> bytearray | memoryview:
+        """The leased memory, ``nbytes`` of it, writable; the same buffer on every call."""
+        if self._buffer is None:
+            pool = None if self._owner is None else self._owner.pool
+            self._buffer = bytearray(self.nbytes) if pool is None else pool.buffer(self.nbytes)
+        return self._buffer
+
     def release(self) -> None:
         """Give the bytes back (again: nothing)."""
+        self._buffer = None
         owner, self._owner = self._owner, None
         if owner is not None:
             owner.returned(self)
@@ -82,6 +97,7 @@ class HeldMemory:
         self.budget = budget
         self.epoch = epoch
         self.idle = idle
+        self.pool = BufferPool(budget)
         self.used = 0
         #: Reads served from leased memory, leases refused, leases taken back.
         self.hits = 0
