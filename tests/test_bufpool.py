@@ -207,3 +207,13 @@ def test_row_band_leases_reuse_the_memory_of_released_ones() -> None:
         assert held.pool.reused == 1 and held.pool.resident == 2 * MIB
 
     trio.run(main)
+
+
+def test_a_pool_of_one_slot_size_gives_every_buffer_a_whole_slot() -> None:
+    pool = BufferPool(limit=2 * MIB, smallest=64 << 10, slot=MIB)
+    assert pool.charge(100 << 10) == MIB and pool.charge(1000) == 1000
+    full = pool.take(MIB)
+    del full
+    tail = pool.take(300 << 10)  # a last block: the full one's slot, no fresh pages
+    assert len(tail) == 300 << 10 and pool.reused == 1 and pool.resident == MIB
+    del tail

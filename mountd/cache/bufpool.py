@@ -15,9 +15,11 @@ measured on the test VM (``docs/benchmarks.md``, "Where the memory goes"):
 
 A slot keeps its pages while it waits in the pool, so a buffer taken again
 costs no fresh pages. Slot sizes are classes (four per power of two, whole
-pages), so a buffer costs at most a quarter more than asked; ``charge`` is
-what a buffer of some length costs (its class), the figure the caches count
-against their budgets.
+pages), so a buffer costs at most a quarter more than asked; or, for a pool
+made with one ``slot`` size (the block cache's: every block but an object's
+last is that size, and a last one of any size must not need a class of its
+own), every slot is that size. ``charge`` is what a buffer of some length
+costs (its slot), the figure the caches count against their budgets.
 
 Ownership: ``take`` returns a view that exports the slot through an object
 of its own (a ``ctypes`` array over the ``mmap``); every view derived from
@@ -87,9 +89,12 @@ class BufferPool:
     """Buffers of at least ``smallest`` bytes in recycled ``mmap`` slots, about
     ``limit`` bytes of them mapped at most (see the module docstring)."""
 
-    def __init__(self, limit: int, smallest: int = POOLED_MIN) -> None:
+    def __init__(self, limit: int, smallest: int = POOLED_MIN, slot: int | None = None) -> None:
         self.limit = limit
         self.smallest = smallest
+        #: The one slot size of the pool (buffers of at most that many bytes), or None
+        #: for size classes.
+        self.slot = slot
         self._lock = threading.RLock()
         #: Waiting slots by class, the class used last at the end.
         self._free: OrderedDict[int, list[mmap.mmap]] = OrderedDict()
@@ -108,8 +113,13 @@ class BufferPool:
         return nbytes >= self.smallest
 
     def charge(self, nbytes: int) -> int:
-        """What holding ``nbytes`` costs here (``charge``)."""
-        return charge(nbytes, self.smallest)
+        """What holding ``nbytes`` costs here: its slot when pooled, else ``nbytes``."""
+        return self._slot_for(nbytes) if nbytes >= self.smallest else nbytes
+
+    def _slot_for(self, nbytes: int) -> int:
+        if self.slot is None or nbytes > self.slot:
+            return size_class(nbytes)
+        return self.slot
 
     @property
     def over(self) -> int:
@@ -119,7 +129,7 @@ class BufferPool:
     def take(self, nbytes: int) -> memoryview:
         """A writable view of ``nbytes`` (at least ``smallest``) in a slot of its own;
         the slot goes back to the pool when the last view derived from it is gone."""
-        size = size_class(nbytes)
+        size = self._slot_for(nbytes)
         with self._lock:
             self.taken += 1
             waiting = self._free.get(size)

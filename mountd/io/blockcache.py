@@ -54,9 +54,9 @@ Design, mountpoint-s3 style:
   bytes, with at most ``prefetch_limit`` under way; no nursery means no
   readahead. Prefetches never raise: a failed one lets go of its blocks, and
   a reader waiting on them fetches them itself.
-- Memory: blocks of ``mountd.cache.bufpool.POOLED_MIN`` bytes or more live
-  in the cache's ``BufferPool`` (recycled ``mmap`` slots, not the C heap),
-  each charged its slot's size; a read gets a copy of its own, never a view
+- Memory: blocks of ``POOLED_BLOCK`` bytes or more live in the cache's
+  ``BufferPool`` (recycled ``mmap`` slots of ``block_size``, not the C heap),
+  each charged a whole slot; a read gets a copy of its own, never a view
   of a slot. A ranged fetch under way reserves its bytes in the budget
   (``BlockTable.reserved``) until its blocks are put, and putting evicts
   until the blocks and the reservations fit. A readahead that would take
@@ -132,6 +132,9 @@ BLOCK_SIZE = 1 << 20
 PREFETCH_REQUEST = 8 << 20
 #: Prefetch requests under way at most (8 x 8 MiB covers the largest window).
 PREFETCH_LIMIT = 8
+#: Blocks of at least this many bytes live in the pool, each in a slot of ``block_size``
+#: (an object's last block too: one slot size is what makes every slot reusable).
+POOLED_BLOCK = 64 << 10
 #: The part of the budget that fetches under way may reserve before readahead is dropped.
 PREFETCH_SHARE = 0.5
 
@@ -183,7 +186,7 @@ class BlockCache:
         self._clock = clock
         #: Validations made at or before this time are out of date (``expire``).
         self._expired = -math.inf
-        self._pool = BufferPool(budget)
+        self._pool = BufferPool(budget, smallest=POOLED_BLOCK, slot=block_size)
         self._table = BlockTable(budget, charge=self._pool.charge)
         self._windows = Windows(readahead_start, readahead_cap)
         self._writer = None if disk is None else WriteBehind(disk)
@@ -208,7 +211,7 @@ class BlockCache:
 
     @property
     def pool(self) -> BufferPool:
-        """Where blocks of ``POOLED_MIN`` bytes or more live."""
+        """Where blocks of ``POOLED_BLOCK`` bytes or more live."""
         return self._pool
 
     @property
