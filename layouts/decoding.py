@@ -85,7 +85,8 @@ class DecodedCache(Protocol):
         """Whether decoded chunks of the objects of ``store`` are kept (no I/O)."""
         ...
 
-    async def get(self, store: Store, key: str, token: str) -> bytes | None:
+    async def get(self, store: Store, key: str,
+                  token: str) -> bytes | bytearray | memoryview | None:
         """What ``put`` kept for ``key`` and ``token``, if the object is still the version
         it was decoded from; else None (also for a missing object, which the read that
         follows reports). Validation errors of the storage propagate."""

@@ -22,6 +22,7 @@ from mountd.cache.bufpool import POOLED_MIN, BufferPool, charge, size_class
 from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.cache.held import HeldMemory
 from mountd.io.blockcache import BlockCache
+from mountd.io.diskcache import DiskCache
 from mountd.io.local import LocalStore
 
 MIB = 1 << 20
@@ -217,3 +218,17 @@ def test_a_pool_of_one_slot_size_gives_every_buffer_a_whole_slot() -> None:
     tail = pool.take(300 << 10)  # a last block: the full one's slot, no fresh pages
     assert len(tail) == 300 << 10 and pool.reused == 1 and pool.resident == MIB
     del tail
+
+
+def test_a_block_read_from_disk_lands_in_the_buffer_asked_for(tmp_path: Path) -> None:
+    async def main() -> None:
+        disk = DiskCache(tmp_path, 8 * MIB)
+        data = bytes(range(256)) * 4096  # 1 MiB
+        await disk.put("s3://b/", "k", "e1", 0, data)
+        pool = BufferPool(limit=4 * MIB)
+        got = await disk.get("s3://b/", "k", "e1", 0, pool.buffer)
+        assert got is not None and pool.owns(got) and got == data
+        plain = await disk.get("s3://b/", "k", "e1", 0)
+        assert type(plain) is bytes and plain == data
+
+    trio.run(main)

@@ -57,7 +57,7 @@ import threading
 import weakref
 from collections import OrderedDict
 
-#: Buffers smaller than this stay ``bytes`` on the heap (a few pages each).
+#: Buffers smaller than this stay ``bytes`` on the heap (by default; ``smallest``).
 POOLED_MIN = 256 << 10
 #: Size classes per power of two.
 CLASSES_PER_DOUBLING = 4

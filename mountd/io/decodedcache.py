@@ -18,6 +18,9 @@ them.
 - ``put`` writes behind, through a ``WriteBehind`` queue of its own (so
   decoded chunks do not crowd out the blocks the block cache spills) in the
   block cache's nursery; the disk cache's size and free-space rules apply.
+- A kept chunk is read from disk straight into a buffer from
+  ``layouts.decoding.OUTPUT`` (the chunk cache's pool, in the daemon), which
+  the chunk cache keeps without a copy.
 - A known cost: the block cache still spills the encoded blocks of an
   object whose chunk is kept decoded, so both take room in ``cache_dir``.
 - Counters: ``decoded_hits`` and ``decoded_misses`` of the block cache's
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import logging
 
+from layouts.decoding import OUTPUT
 from layouts.storage import Store
 from mountd.errors import NotFound
 from mountd.io.blockcache import BlockCache
@@ -59,7 +63,8 @@ class DecodedDiskCache:
     def keeps(self, store: Store) -> bool:
         return isinstance(store, CachedStore) and store.cache is self._blocks
 
-    async def get(self, store: Store, key: str, token: str) -> bytes | None:
+    async def get(self, store: Store, key: str, token: str
+                  ) -> bytes | bytearray | memoryview | None:
         if not self.keeps(store):
             return None
         name = key + SEPARATOR + token
@@ -73,7 +78,7 @@ class DecodedDiskCache:
                 log.debug("%s%s is gone; not serving its decoded chunk", store.url, key)
                 info = None
             if info is not None:
-                data = await self._disk.get(store.url, name, info.etag, 0)
+                data = await self._disk.get(store.url, name, info.etag, 0, OUTPUT.take)
         if data is None:
             stats.decoded_misses += 1
         else:

@@ -266,8 +266,12 @@ class DiskCache:
 
     # -- reading -------------------------------------------------------------------------
 
-    async def get(self, url: str, key: str, etag: str, index: int) -> bytes | None:
-        """The block if it is on disk with ``etag``, else None. Never raises but Cancelled."""
+    async def get(self, url: str, key: str, etag: str, index: int,
+                  into: Callable[[int], bytearray | memoryview] | None = None
+                  ) -> bytes | bytearray | memoryview | None:
+        """The block if it is on disk with ``etag``, else None. Never raises but Cancelled.
+        With ``into``, the block is read into ``into(length)`` (a decoded chunk into the
+        chunk cache's own buffer, ``layouts.decoding.OUTPUT``), else it is ``bytes``."""
         await self.load()
         ik = self._key(url, key, index)
         entry = self._index.get(ik)
@@ -281,7 +285,8 @@ class DiskCache:
             return None
         self._index.move_to_end(ik)
         try:
-            data = await self._run(partial(self._read, entry.name, _meta(url, key, etag, index)))
+            data = await self._run(partial(self._read, entry.name, _meta(url, key, etag, index),
+                                           into))
         except FileNotFoundError:  # evicted meanwhile, or removed by someone else
             self._drop(ik, entry)
             self.stats.misses += 1
@@ -298,8 +303,10 @@ class DiskCache:
         self.stats.hits += 1
         return data
 
-    def _read(self, name: str, meta: bytes) -> bytes | None:
-        """The data of a block file, or None if it is not the block ``meta`` describes."""
+    def _read(self, name: str, meta: bytes, into: Callable[[int], bytearray | memoryview] | None
+              ) -> bytes | bytearray | memoryview | None:
+        """The data of a block file (in ``into(length)`` if given), or None if it is not
+        the block ``meta`` describes."""
         path = self.root / name
         with open(path, "rb") as f:
             head = f.read(_HEADER.size + len(meta))
@@ -309,7 +316,12 @@ class DiskCache:
             if (magic != MAGIC or meta_len != len(meta) or head[_HEADER.size:] != meta
                     or os.fstat(f.fileno()).st_size != len(head) + length):
                 return None
-            data = f.read(length)
+            if into is None:
+                data: bytes | bytearray | memoryview = f.read(length)
+            else:
+                data = into(length)
+                if f.readinto(data) != length:
+                    return None
         if len(data) != length or deflate.crc32(data) != crc:
             return None
         with contextlib.suppress(OSError):
