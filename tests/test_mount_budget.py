@@ -7,9 +7,10 @@ stream ``data.npy`` at once, three times, the page cache dropped between
 passes; every pass gives numpy's bytes. Then ``.h5mount/stats.json`` shows
 each cache within its budget: what it keeps (``bytes``), the buffers in
 use (``held_bytes``), the slots its pool maps (``mapped_bytes``) and the
-most it mapped beyond the budget (``over_budget_peak_bytes``, a reader's
-fetch may overdraw briefly); and the daemon's peak RSS stays within its
-resident memory at the start plus the budgets and ``SLACK``. Issue 27.
+most it mapped beyond the budget (``over_budget_peak_bytes``: buffers reads
+under way still held when the cache let them go, ``IN_FLIGHT`` at most);
+and the daemon's peak RSS stays within its resident memory at the start
+plus the budgets and ``SLACK``. Issue 27.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ CACHE_SIZE, CHUNK_CACHE = 2 * MIB, 4 * MIB
 SLACK = 100 * MIB
 READERS = 3
 PASSES = 3
+#: The most a pool may map past its budget at the worst moment: buffers the cache
+#: let go of while reads under way still held them (a few per request).
+IN_FLIGHT = 16 * MIB
 
 
 def memory_kib(pid: int, field: str) -> int:
@@ -86,7 +90,7 @@ def test_streaming_readers_keep_the_budgets(mount: Path) -> None:
         assert figures["budget_bytes"] == budget
         assert figures["held_bytes"] <= figures["bytes"] <= budget, (name, figures)
         assert figures["mapped_bytes"] <= budget, (name, figures)
-        assert figures["over_budget_peak_bytes"] <= budget, (name, figures)
+        assert figures["over_budget_peak_bytes"] <= IN_FLIGHT, (name, figures)
     assert caches["blocks"]["misses"] > 0 and caches["chunks"]["misses"] > 0
     peak_kib = memory_kib(pid, "VmHWM")
     assert (peak_kib - start_kib) * 1024 <= CACHE_SIZE + CHUNK_CACHE + SLACK, \

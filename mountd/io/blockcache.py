@@ -449,8 +449,11 @@ class BlockCache:
         view = memoryview(data)
         blocks = [(i, view[j * bs:(j + 1) * bs]) for j, i in enumerate(sorted(run))]
         for i, block in blocks:
-            kept = self._put(ok, i, block) if keep and block else block
-            self._settle((url, key, i), run[i], kept, got)
+            if keep and block:
+                self._put(ok, i, block)
+            # Waiters get the response's bytes, not the pooled copy: a slot evicted
+            # while a waiter still held it would stay mapped past the budget.
+            self._settle((url, key, i), run[i], block, got)
         if keep:
             await self._spill(url, key, got.etag, [(i, b) for i, b in blocks if b])
 
@@ -581,15 +584,12 @@ class BlockCache:
         """Drop the object and its blocks."""
         self._table.forget(ok)
 
-    def _put(self, ok: ObjKey, index: int, data: Block) -> Block:
-        """Keep one block of a known object, evicting the least recently used ones; the
-        block as kept (a pooled copy of a large one, ``bytes`` of a small one, which
-        no longer holds the response it was cut from)."""
-        if not self._table.fits(len(data)):
-            return data
-        kept = self._pool.copy(data)
-        self.stats.evictions += self._table.put(ok, index, kept)
-        return kept
+    def _put(self, ok: ObjKey, index: int, data: Block) -> None:
+        """Keep one block of a known object, evicting the least recently used ones: a
+        pooled copy of a large one, ``bytes`` of a small one (neither holds the
+        response it was cut from)."""
+        if self._table.fits(len(data)):
+            self.stats.evictions += self._table.put(ok, index, self._pool.copy(data))
 
     # -- readahead -----------------------------------------------------------------------
 
