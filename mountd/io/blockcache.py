@@ -36,14 +36,14 @@ Design, mountpoint-s3 style:
   comes from merging blocks into one request and from readahead, not from
   big blocks. 1 MiB is also the first readahead window and keeps a disk
   cache to one file per MiB.
-- A response spanning several blocks is cut into copies, not memoryview
-  slices. Measured on the 2-core test VM: cutting 64 MiB into 1 MiB copies
+- A response is cut into copies, not memoryview slices: each block is
+  copied into a pooled buffer (below), or into ``bytes`` of its own when
+  small. Measured on the 2-core test VM: cutting 64 MiB into 1 MiB copies
   takes 30 ms (about 2 GB/s, a few percent of the time the bytes took to
   arrive), slices take no time. But a slice pins the whole response for as
   long as any one block of it is cached, so the budget would no longer count
-  the memory held, and every hit would copy a slice into the ``bytes`` a
-  read returns, where a copied block is returned as is when a read wants all
-  of it. A single-block response is kept as is, without a copy.
+  the memory held. A read returns a copy of the blocks it wants (a small
+  ``bytes`` block as is, when the read wants all of it).
 - Readahead: each object has a ``ReadaheadWindow`` (the shared sequential-read
   rule, kept in ``readahead.Windows`` for the ``WINDOWS`` objects read last;
   one per object because the ``Store`` protocol carries no reader identity,
