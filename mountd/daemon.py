@@ -117,17 +117,21 @@ _KEEP_FREED = 64 << 20
 
 
 def keep_freed_memory() -> None:
-    """Ask glibc to keep freed chunk buffers for reuse instead of returning them.
+    """Ask glibc to keep freed buffers for reuse instead of returning them.
 
-    Decoded chunks are megabytes each and are allocated and freed all the
-    time. By default glibc hands such blocks back to the kernel, and touching
-    fresh pages again is expensive (on VMs with free page reporting, about
-    2 s per GiB). Measured here, keeping up to 1 GiB: 5% less CPU for a cold
+    Cached blocks, decoded chunks and row bands live in the caches' own
+    recycled buffers (``mountd.cache.bufpool``), but S3 responses and the
+    decoders' working buffers are megabytes each, allocated and freed all the
+    time on the heap. By default glibc hands such blocks back to the kernel,
+    and touching fresh pages again is expensive (on VMs with free page
+    reporting, about 2 s per GiB). Measured here, keeping up to 1 GiB: 5% less CPU for a cold
     read of a 1 GiB ``.npy`` (the smaller bound below was not measured on its
     own). What is kept is bounded (``_KEEP_FREED`` at the top of the
     heap, and two arenas, so each decoding thread does not keep a heap of
     its own), because the caches' byte budgets are what users size the
-    daemon's memory by. Does nothing where the C library is not glibc.
+    daemon's memory by. A 16 MiB bound instead lowered the peak of a 4 GiB
+    S3 stream by at most 10 MiB (``docs/benchmarks.md``, "Memory while
+    streaming from S3"). Does nothing where the C library is not glibc.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
