@@ -124,11 +124,11 @@ def keep_freed_memory() -> None:
     decoders' working buffers are megabytes each, allocated and freed all the
     time on the heap. By default glibc hands such blocks back to the kernel,
     and touching fresh pages again is expensive (on VMs with free page
-    reporting, about 2 s per GiB). Measured here, keeping up to 1 GiB: 5% less CPU for a cold
-    read of a 1 GiB ``.npy`` (the smaller bound below was not measured on its
-    own). What is kept is bounded (``_KEEP_FREED`` at the top of the
-    heap, and two arenas, so each decoding thread does not keep a heap of
-    its own), because the caches' byte budgets are what users size the
+    reporting, about 2 s per GiB). Measured here, keeping up to 1 GiB: 5%
+    less CPU for a cold read of a 1 GiB ``.npy`` (the smaller bound below was
+    not measured on its own). What is kept is bounded (``_KEEP_FREED`` at the
+    top of the heap, and two arenas, so each decoding thread does not keep a
+    heap of its own), because the caches' byte budgets are what users size the
     daemon's memory by. A 16 MiB bound instead lowered the peak of a 4 GiB
     S3 stream by at most 10 MiB (``docs/benchmarks.md``, "Memory while
     streaming from S3"). Does nothing where the C library is not glibc.
