@@ -517,12 +517,18 @@ def run(args: argparse.Namespace) -> int:
                     _guard(current, group.keys, group.fn)
             mounted = [group for group in chosen if group.mount]
             reason = _mount_ready(current) if mounted else None
-            for group in mounted:
-                if reason is None:
-                    _guard(current, group.keys, group.fn)
-                else:
-                    for key in group.keys:
-                        cases[key].status = "not available"
+            with bench_npy.damon_paused(args.pause_damon) as paused:
+                reclaim = (f"DAMON kdamond {', '.join(paused)} (a `pageout` scheme) was "
+                           "paused for this run (`--pause-damon`)" if paused
+                           else bench_npy.damon_note())
+                if reclaim:
+                    cases["b_ttl"].notes.append(reclaim)
+                for group in mounted:
+                    if reason is None:
+                        _guard(current, group.keys, group.fn)
+                    else:
+                        for key in group.keys:
+                            cases[key].status = "not available"
             if reason is not None:
                 log.warning("the mount cannot serve the bucket yet: %s", reason)
                 current.notes.append(f"Mount cases not run: {reason}")
@@ -570,6 +576,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="markdown file to update (default docs/benchmarks.md when "
                              "every case runs)")
     parser.add_argument("--no-doc", action="store_true", help="only print the results")
+    parser.add_argument("--pause-damon", action="store_true",
+                        help="turn off, for the mount cases, the kernel's DAMON daemons that "
+                             "reclaim idle page cache (a `pageout` scheme), and on again after "
+                             "them: shows what the after-metadata_ttl read does when the "
+                             "kernel keeps the pages")
     parser.add_argument("--keep-workdir", action="store_true",
                         help="keep the temporary directory (h5mount and HSDS logs)")
     parser.add_argument("--log-level", default="INFO", type=str.upper)
