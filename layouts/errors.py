@@ -65,6 +65,11 @@ class Corrupt(StorageError):
     """Stored bytes were read but are not valid for their format."""
 
 
+class Missing(StorageError):
+    """A file a reference names does not exist (a linked data file): unlike a
+    failed read, reading it again will not help."""
+
+
 class Forbidden(LayoutError):
     """A reference points at a location this mount may not read."""
 

@@ -437,3 +437,26 @@ def test_one_bad_ref_is_that_object_alone(tmp_path: Path, lindi: LindiConverter)
     assert snap[""].kind == "dir", snap[""].error
     assert snap["a.npy"].kind == "error"
     assert np.load(io.BytesIO(snap["b.npy"].data)).tolist() == [0, 1, 2, 3]
+
+
+def test_json_array_whose_first_chunk_names_a_missing_file(tmp_path: Path) -> None:
+    """A json2 object array's first chunk is read to tell whether it holds
+    references; when its ref named a file that does not exist, that once made
+    the whole dataset (its directory and sidecar) EIO, not its chunk alone."""
+    codec = {"id": "json2", "allow_nan": True, "check_circular": True, "encoding": "utf-8",
+             "ensure_ascii": True, "indent": None, "separators": [",", ":"],
+             "skipkeys": False, "sort_keys": True, "strict": True}
+    zarray = {"chunks": [1], "compressor": None, "dtype": "|O", "fill_value": 0,
+              "filters": [codec], "order": "C", "shape": [1], "zarr_format": 2}
+    doc = {"version": 1, "refs": {
+        ".zgroup": {"zarr_format": 2},
+        "s/.zarray": zarray, "s/0": [str(tmp_path / "missing.h5"), 0, 8],
+        "t/.zarray": zarray, "t/0": json.dumps(["fine", "|O", [1]]),
+    }}
+    ref = tmp_path / "f.lindi.json"
+    ref.write_text(json.dumps(doc))
+    snap = snapshot(lindi_config(ref))
+    assert snap["s"].kind == "dir", snap["s"].error
+    assert snap["s.json"].kind == "file", snap["s.json"].error
+    assert snap["s/0"].kind == "error"
+    assert snap["t/0"].kind == "file", snap["t/0"].error

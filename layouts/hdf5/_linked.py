@@ -46,7 +46,7 @@ import numpy as np
 
 from layouts.bounds import MAX_CHUNK_BYTES
 from layouts.decoding import decode_sized
-from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, StorageError
+from layouts.errors import Corrupt, FormatError, LayoutError, Missing, NotFound, StorageError
 from layouts.hdf5._filters import Pipeline, decode, stored_limit
 from layouts.model import ChunkIndex, chunk_grid, in_chunk_grid, no_version, read_each
 from layouts.storage import ByteRange, Fetched, OpenUri, Store
@@ -193,8 +193,8 @@ class ChunkMap:
 # --------------------------------------------------------------------------- the file
 
 
-def _not_found(uri: str, store: Store, key: str) -> StorageError:
-    return StorageError(uri, f"linked data file not found ({store.url} {key})")
+def _not_found(uri: str, store: Store, key: str) -> Missing:
+    return Missing(uri, f"linked data file not found ({store.url} {key})")
 
 
 def _exactly(data: bytes, uri: str, offset: int, size: int) -> bytes:

@@ -67,7 +67,16 @@ import numpy as np
 
 from layouts.bounds import MAX_RANK, check_json, check_sizes, link_name_problem
 from layouts.decoding import DecodedCache, decode_sized, decoded_token
-from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, StorageError, report_once
+from layouts.errors import (
+    Corrupt,
+    Forbidden,
+    FormatError,
+    LayoutError,
+    Missing,
+    NotFound,
+    StorageError,
+    report_once,
+)
 from layouts.formats.refs._codecs import (
     ChunkSpec,
     Codecs,
@@ -693,7 +702,7 @@ class RefCatalog:
         try:
             raw = await self._reader.read(self._refs[key])
             data = await decode_sized(len(raw), decode_bytes, raw, pipeline, key)
-        except Corrupt as exc:  # reported when the chunk is read
+        except (Corrupt, Missing, Forbidden) as exc:  # reported when the chunk is read
             log.debug("cannot tell the element type of %s: %s", prefix, exc)
             return False
         return has_references(data)
