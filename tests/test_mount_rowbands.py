@@ -14,7 +14,6 @@ too small. Issue 27; the reader's side is ``layouts.views._rowbands``.
 from __future__ import annotations
 
 import io
-import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ import numpy as np
 import pytest
 
 from tests.mounting import fuse_available, mounted
+from tests.rawdomain import write_one_dataset
 from tests.test_control import stats
 
 pytestmark = [pytest.mark.mount,
@@ -58,23 +58,8 @@ def npy_bytes(data: np.ndarray) -> bytes:
 
 def write_bucket(bucket: Path) -> None:
     """The bucket, in HSDS schema v2, chunks stored raw (no filters)."""
-    db = bucket / "db" / "3a3b4c5d-6e7f8091"
-    (bucket / "home" / "admin" / "rows.h5").mkdir(parents=True)
-    (bucket / "home" / "admin" / "rows.h5" / ".domain.json").write_text(json.dumps(
-        {"root": ROOT, "owner": "admin", "acls": {}, "created": 1.0, "lastModified": 2.0}))
-    db.mkdir(parents=True)
-    (db / ".group.json").write_text(json.dumps(
-        {"id": ROOT, "root": ROOT, "created": 1.0, "lastModified": 2.0,
-         "links": {"data": {"class": "H5L_TYPE_HARD", "created": 1.0, "id": DSET}},
-         "attributes": {}}))
-    dset = db / "d" / "0000-000000-000001"
-    dset.mkdir(parents=True)
-    (dset / ".dataset.json").write_text(json.dumps(
-        {"id": DSET, "root": ROOT, "created": 1.0, "lastModified": 2.0,
-         "type": {"class": "H5T_FLOAT", "base": "H5T_IEEE_F32LE"},
-         "shape": {"class": "H5S_SIMPLE", "dims": list(SHAPE), "maxdims": list(SHAPE)},
-         "attributes": {},
-         "creationProperties": {"layout": {"class": "H5D_CHUNKED", "dims": list(CHUNKS)}}}))
+    dset = write_one_dataset(bucket, "home/admin/rows.h5", ROOT, DSET, "data",
+                             {"class": "H5T_FLOAT", "base": "H5T_IEEE_F32LE"}, SHAPE, CHUNKS)
     data = np.arange(SHAPE[0] * SHAPE[1], dtype="<f4").reshape(SHAPE)
     for index in np.ndindex(*GRID):
         if stored(index):

@@ -40,6 +40,7 @@ from tests.h5compare import (
     walk_links,
 )
 from tests.mounting import fuse_available, mounted
+from tests.rawdomain import write_one_dataset
 
 pytestmark = [pytest.mark.mount, pytest.mark.hsds, pytest.mark.skipif(fuse_available() is not None,
                                                  reason=f"no FUSE: {fuse_available()}")]
@@ -774,25 +775,9 @@ def many_stored(index: tuple[int, int]) -> bool:
 def write_many_chunks_bucket(bucket: Path) -> None:
     """An HSDS bucket written key by key (no server): ``home/admin/many.h5`` whose
     ``/many`` has 2250 chunks, most of them stored, each holding its grid position."""
-    db = bucket / "db" / "2a3b4c5d-6e7f8091"
-    (bucket / "home" / "admin" / "many.h5").mkdir(parents=True)
-    (bucket / "home" / "admin" / "many.h5" / ".domain.json").write_text(json.dumps(
-        {"root": MANY_ROOT, "owner": "admin", "acls": {}, "created": 1.0,
-         "lastModified": 2.0}))
-    db.mkdir(parents=True)
-    (db / ".group.json").write_text(json.dumps(
-        {"id": MANY_ROOT, "root": MANY_ROOT, "created": 1.0, "lastModified": 2.0,
-         "links": {"many": {"class": "H5L_TYPE_HARD", "created": 1.0, "id": MANY_DSET}},
-         "attributes": {}}))
-    dset = db / "d" / "0000-000000-000001"
-    dset.mkdir(parents=True)
-    (dset / ".dataset.json").write_text(json.dumps(
-        {"id": MANY_DSET, "root": MANY_ROOT, "created": 1.0, "lastModified": 2.0,
-         "type": {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"},
-         "shape": {"class": "H5S_SIMPLE", "dims": list(MANY_SHAPE),
-                   "maxdims": list(MANY_SHAPE)},
-         "attributes": {},
-         "creationProperties": {"layout": {"class": "H5D_CHUNKED", "dims": [1, 1]}}}))
+    dset = write_one_dataset(bucket, "home/admin/many.h5", MANY_ROOT, MANY_DSET, "many",
+                             {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"}, MANY_SHAPE,
+                             (1, 1))
     for index in np.ndindex(*MANY_SHAPE):
         if many_stored(index):
             value = index[0] * MANY_SHAPE[1] + index[1]
