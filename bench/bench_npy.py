@@ -903,6 +903,24 @@ def damon_note() -> str | None:
             f"may be gone {TTL_WAIT:g} s after a read (`--pause-damon` stops it for a run)")
 
 
+def reclaim_note(paused: list[str]) -> str | None:
+    """The note on page reclaim for a run: that the DAMON daemons ``paused``
+    were paused for it, else ``damon_note``."""
+    if paused:
+        return (f"DAMON kdamond {', '.join(paused)} (a `pageout` scheme) was paused for this "
+                "run (`--pause-damon`)")
+    return damon_note()
+
+
+def add_pause_damon(parser: argparse.ArgumentParser) -> None:
+    """The ``--pause-damon`` option of the benchmarks that read after ``metadata_ttl``."""
+    parser.add_argument("--pause-damon", action="store_true",
+                        help="turn off, for the run, the kernel's DAMON daemons that reclaim "
+                             "idle page cache (a `pageout` scheme), and on again after it: "
+                             "shows what the after-metadata_ttl read does when the kernel "
+                             "keeps the pages")
+
+
 @contextlib.contextmanager
 def damon_paused(pause: bool) -> Iterator[list[str]]:
     """With ``pause``, the DAMON daemons that reclaim idle pages turned off for the
@@ -1317,8 +1335,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         cases = new_cases()
         ctx.facts["notes"] = []
         with damon_paused(args.pause_damon) as paused:
-            reclaim = (f"DAMON kdamond {', '.join(paused)} (a `pageout` scheme) was paused "
-                       "for this run (`--pause-damon`)" if paused else damon_note())
+            reclaim = reclaim_note(paused)
             if reclaim:
                 for key in ("a_ttl", "g_wait"):
                     cases[key].notes.append(reclaim)
@@ -1410,11 +1427,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="only check that data.npy exists on a fresh mount (exit 0/1)")
     parser.add_argument("--keep-workdir", action="store_true",
                         help="keep the temporary directory (h5mount log, memfs stats)")
-    parser.add_argument("--pause-damon", action="store_true",
-                        help="turn off, for the run, the kernel's DAMON daemons that reclaim "
-                             "idle page cache (a `pageout` scheme), and on again after it: "
-                             "shows what the after-metadata_ttl read does when the kernel "
-                             "keeps the pages")
+    add_pause_damon(parser)
     parser.add_argument("--log-level", default="INFO", type=str.upper)
     args = parser.parse_args(argv)
     args.cases = "".join(sorted(set(args.cases.lower()) & set(ALL_CASES)))

@@ -512,17 +512,15 @@ def run(args: argparse.Namespace) -> int:
             current = Run(ctx, moto, big, args.options, find_moto_pid(moto), cases,
                           args.ls_timeout, args.h5pyd_repeat, cache_decoded=args.cache_decoded)
             chosen = [group for group in GROUPS if group.name in args.cases]
-            for group in chosen:
-                if not group.mount:
-                    _guard(current, group.keys, group.fn)
-            mounted = [group for group in chosen if group.mount]
-            reason = _mount_ready(current) if mounted else None
             with bench_npy.damon_paused(args.pause_damon) as paused:
-                reclaim = (f"DAMON kdamond {', '.join(paused)} (a `pageout` scheme) was "
-                           "paused for this run (`--pause-damon`)" if paused
-                           else bench_npy.damon_note())
+                reclaim = bench_npy.reclaim_note(paused)
                 if reclaim:
                     cases["b_ttl"].notes.append(reclaim)
+                for group in chosen:
+                    if not group.mount:
+                        _guard(current, group.keys, group.fn)
+                mounted = [group for group in chosen if group.mount]
+                reason = _mount_ready(current) if mounted else None
                 for group in mounted:
                     if reason is None:
                         _guard(current, group.keys, group.fn)
@@ -576,11 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="markdown file to update (default docs/benchmarks.md when "
                              "every case runs)")
     parser.add_argument("--no-doc", action="store_true", help="only print the results")
-    parser.add_argument("--pause-damon", action="store_true",
-                        help="turn off, for the mount cases, the kernel's DAMON daemons that "
-                             "reclaim idle page cache (a `pageout` scheme), and on again after "
-                             "them: shows what the after-metadata_ttl read does when the "
-                             "kernel keeps the pages")
+    bench_npy.add_pause_damon(parser)
     parser.add_argument("--keep-workdir", action="store_true",
                         help="keep the temporary directory (h5mount and HSDS logs)")
     parser.add_argument("--log-level", default="INFO", type=str.upper)
