@@ -76,10 +76,8 @@ class Freezer:
             log.debug("unfrozen for a full collection (%d so far)", self.thaws)
 
 
-def tune_gc() -> Freezer:
+def tune_gc() -> None:
     """Collect young objects less often, and freeze what survives (``Freezer``)."""
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
-    freezer = Freezer()
-    gc.callbacks.append(freezer)
-    return freezer
+    gc.callbacks.append(Freezer())
