@@ -28,10 +28,10 @@ Conventions every layout keeps:
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -47,6 +47,8 @@ ChunkIndex = tuple[int, ...]
 READ_EACH_CONCURRENCY = 16
 #: Objects loaded at once by ``get_each``, for a catalog that has no batch load.
 GET_EACH_CONCURRENCY = 64
+#: Distinct (shape, chunks) pairs whose chunk grid tuple datasets share.
+SHARED_GRIDS = 4096
 
 #: JSON-like attribute value (see module docstring).
 AttrValue = Any
@@ -197,6 +199,12 @@ def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
     return tuple(-(-n // c) if c else 0 for n, c in zip(shape, chunks, strict=True))
 
 
+@functools.lru_cache(maxsize=SHARED_GRIDS)
+def _shared_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
+    """``chunk_grid``, one tuple for every dataset of the same shape and chunks."""
+    return chunk_grid(shape, chunks)
+
+
 def in_chunk_grid(index: Sequence[int], grid: Sequence[int]) -> bool:
     """True if ``index`` names a chunk of ``grid``."""
     return len(index) == len(grid) and all(0 <= i < n for i, n in zip(index, grid, strict=True))
@@ -289,7 +297,7 @@ class Dataset(H5Object):
     grid: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        grid = () if self.shape is None else chunk_grid(self.shape, self.chunks)
+        grid = () if self.shape is None else _shared_grid(self.shape, self.chunks)
         object.__setattr__(self, "grid", grid)
 
     @property
@@ -410,7 +418,8 @@ async def get_each(catalog: Catalog, domain: Domain, obj_ids: Sequence[str]
                    ) -> list[AnyObject | LayoutError]:
     """``Catalog.get_objects`` for a catalog with no batch load of its own: its
     objects loaded with ``GET_EACH_CONCURRENCY`` concurrent ``get_object`` calls."""
-    return await outcomes(partial(catalog.get_object, domain), obj_ids, GET_EACH_CONCURRENCY)
+    return await outcomes(functools.partial(catalog.get_object, domain), obj_ids,
+                          GET_EACH_CONCURRENCY)
 
 
 class AgedCatalog(Catalog, Protocol):

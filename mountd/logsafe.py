@@ -41,12 +41,22 @@ MIN_SECRET = 8
 MAX_SECRETS = 64
 
 _secrets: OrderedDict[str, None] = OrderedDict()
+#: Secrets added so far (one counter): what was redacted before a secret was
+#: added must be redacted again before it is shown (``generation``).
+_added = [0]
+
+
+def generation() -> int:
+    """A number that changes whenever a secret is added, for callers that
+    keep redacted text."""
+    return _added[0]
 
 
 def add_secret(value: str | None) -> None:
     """Mask ``value`` in every log record from now on (while it is among the
     ``MAX_SECRETS`` added last)."""
     if value and len(value) >= MIN_SECRET:
+        _added[0] += 1
         _secrets[value] = None
         _secrets.move_to_end(value)  # never out of the dict, not even for a moment
         while len(_secrets) > MAX_SECRETS:

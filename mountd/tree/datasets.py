@@ -23,7 +23,6 @@ directory, and what it learns is memoised by synchronous calls.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections.abc import AsyncIterator, Hashable
@@ -90,6 +89,8 @@ def _listing_grid(ds: Dataset) -> tuple[int, ...]:
 
 class DatasetDir(ObjectDir):
     """A dataset: one file per stored chunk, named by grid index."""
+
+    __slots__ = ()
 
     def _own_files(self, ds: Dataset) -> dict[str, Node]:
         files: dict[str, Node] = {}
@@ -275,14 +276,13 @@ def chunk_file_stat(tree: Tree, ds: Dataset) -> Stat:
 class ChunkFile(InDomain, FileNode):
     """One decoded chunk of a dataset."""
 
+    __slots__ = ("index", "key", "op", "tree")
+
     def __init__(self, tree: Tree, op: ObjPath, index: ChunkIndex) -> None:
         self.tree = tree
         self.op = op
         self.index = index
-
-    @functools.cached_property
-    def key(self) -> Hashable:
-        return ("chunk", self.op.key, self.index)
+        self.key: Hashable = ("chunk", op.key, index)
 
     async def stat(self) -> Stat:
         """Exact: a variable-length chunk is decoded to learn its size (kept

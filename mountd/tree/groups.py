@@ -89,6 +89,8 @@ class Symlink(SymlinkNode):
     parent group's sidecar (``links``) instead.
     """
 
+    __slots__ = ("_ctime", "_key", "_mtime", "_text")
+
     def __init__(self, key: Hashable, text: str, times: tuple[float, float]) -> None:
         self._key = key
         self._text = text
@@ -126,6 +128,8 @@ class _GroupIndex:
 
 class GroupDir(ObjectDir):
     """A group: for each link ``P``, the entries ``P``, ``P.json`` and views."""
+
+    __slots__ = ("mount_root",)
 
     def __init__(self, tree: Tree, op: ObjPath, mount_root: bool = False) -> None:
         super().__init__(tree, op)

@@ -6,7 +6,8 @@ become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, ``bytes``
 (opaque data) become ``{"base64": ...}``, fixed-length byte strings become
 text, and ``ObjectRef`` becomes ``{"$ref": path}`` through a lookup table the
 caller fills in beforehand (resolving a reference may need I/O; this module
-does none). Pure functions; safe anywhere.
+does none). A ``Plain`` mapping is a converted value a caller keeps and
+shares. Pure functions; safe anywhere.
 """
 
 from __future__ import annotations
@@ -55,8 +56,14 @@ def _numpy(value: np.ndarray | np.generic, refs: Mapping[ObjectRef, str | None])
     return jsonable(value.tolist(), refs)
 
 
+class Plain(dict[str, Any]):
+    """A mapping already converted (``jsonable``) and never changed after: kept
+    as it is, not walked again, when it is part of a larger value. orjson
+    writes it as the dict it is."""
+
+
 #: Types whose values are already JSON-safe as they are (``bool`` is an ``int``).
-_PLAIN = frozenset({str, int, bool, type(None)})
+_PLAIN = frozenset({str, int, bool, type(None), Plain})
 _NO_REFS: Mapping[ObjectRef, str | None] = {}
 
 

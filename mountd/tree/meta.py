@@ -19,7 +19,6 @@ render, and the second one's is kept (the memo's rule for pure derivations).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
@@ -56,15 +55,14 @@ class MetaFile(InDomain, FileNode):
     file, not its bytes, and a walk of 100,000 objects fits in it.
     """
 
+    __slots__ = ("_render", "key", "name", "op", "tree")
+
     def __init__(self, tree: Tree, op: ObjPath, name: str, render: MetaRender) -> None:
         self.tree = tree
         self.op = op
         self.name = name
         self._render = render
-
-    @functools.cached_property
-    def key(self) -> Hashable:
-        return ("meta", self.name, self.op.key)
+        self.key: Hashable = ("meta", name, op.key)
 
     async def content(self) -> bytes:
         return await self._content(await self.tree.obj(self.op))

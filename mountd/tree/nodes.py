@@ -64,7 +64,10 @@ class Stat:
 
 
 class Node(ABC):
-    """An entry of the tree."""
+    """An entry of the tree. Nodes have slots: a walk keeps one for each
+    entry the kernel knows, several per object."""
+
+    __slots__ = ()
 
     type: NodeType
 
@@ -322,6 +325,8 @@ class SmallOrStreamListing(DirListing):
 
 
 class DirNode(Node):
+    __slots__ = ()
+
     type = NodeType.DIR
 
     @abstractmethod
@@ -357,6 +362,8 @@ class FileHandle(ABC):
 
 
 class FileNode(Node):
+    __slots__ = ()
+
     type = NodeType.FILE
 
     @abstractmethod
@@ -365,6 +372,8 @@ class FileNode(Node):
 
 
 class SymlinkNode(Node):
+    __slots__ = ()
+
     type = NodeType.SYMLINK
 
     @abstractmethod

@@ -13,7 +13,6 @@ tree's memo by synchronous calls.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
@@ -29,13 +28,12 @@ if TYPE_CHECKING:
 class ObjectDir(InDomain, DirNode):
     """The directory of an HDF5 object (a committed datatype's is empty)."""
 
+    __slots__ = ("key", "op", "tree")
+
     def __init__(self, tree: Tree, op: ObjPath) -> None:
         self.tree = tree
         self.op = op
-
-    @functools.cached_property
-    def key(self) -> Hashable:
-        return ("dir", self.op.key)
+        self.key: Hashable = ("dir", op.key)
 
     async def stat(self) -> Stat:
         mtime, ctime = self.tree.times(self.op, await self.tree.obj(self.op))

@@ -133,6 +133,8 @@ class InDomain:
     """Mixed into the nodes of one domain's objects: the domain's metadata
     (its ACLs) applies to them."""
 
+    __slots__ = ()
+
     op: ObjPath
 
     async def domain_info(self) -> Mapping[str, Any] | None:

@@ -7,8 +7,10 @@ may name a file by URL (``hdf5``: an HSDS ``file_uri``; an external link's
 ``domain``), their strings are shown through ``mountd.logsafe.redact``;
 attribute values and data are HDF5 content, shown as stored. Works on model objects; the only
 I/O is through the callables it is given (reading a scalar's one chunk,
-resolving object references to paths). Stateless; safe from any number of
-tasks.
+resolving object references to paths). The one state is a bounded table
+of the shown forms of shared ``hdf5`` descriptions, changed only in
+synchronous code (a dict assignment or clear, atomic in any thread); safe
+from any number of tasks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,14 @@ from mountd.tree import jsonvalue
 log = logging.getLogger(__name__)
 
 XATTR_MAX = 64 * 1024
+#: Shown ``hdf5`` descriptions kept (``_shown_description``); all are
+#: dropped when it is full.
+SHOWN_DESCRIPTIONS = 256
+
+#: id of a model description -> (that description, the secrets' generation
+#: it was redacted in, its shown form). The description is held so its id is
+#: not reused while the entry lives.
+_SHOWN: dict[int, tuple[Mapping[str, Any], int, jsonvalue.Plain]] = {}
 
 RefResolver = Callable[[ObjectRef], Awaitable[str | None]]
 
@@ -56,8 +66,23 @@ def _dataset_fields(ds: Dataset) -> dict[str, Any]:
         "dtype": ds.type.sidecar,
         "chunks": list(ds.chunks),
         "fill_value": ds.effective_fill,
-        "hdf5": logsafe.redact_strings(ds.hdf5),
+        "hdf5": _shown_description(ds.hdf5),
     }
+
+
+def _shown_description(hdf5: Mapping[str, Any]) -> jsonvalue.Plain:
+    """A dataset's ``hdf5`` description as its sidecar shows it (redacted,
+    converted), kept by the identity of the model's: catalogs share one among
+    the datasets described alike, so a walk redacts each description once."""
+    kept = _SHOWN.get(id(hdf5))
+    secrets = logsafe.generation()
+    if kept is not None and kept[0] is hdf5 and kept[1] == secrets:
+        return kept[2]
+    shown = jsonvalue.Plain(jsonvalue.jsonable(logsafe.redact_strings(hdf5)))
+    if len(_SHOWN) >= SHOWN_DESCRIPTIONS:
+        _SHOWN.clear()
+    _SHOWN[id(hdf5)] = (hdf5, secrets, shown)
+    return shown
 
 
 async def sidecar_document(obj: AnyObject, h5path: str, domain: Domain | None,

@@ -24,7 +24,6 @@ time (``mountd.tree.viewsizes``).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
@@ -62,14 +61,13 @@ class ViewHandle(FileHandle):
 class ViewFileNode(InDomain, FileNode):
     """The file ``P<suffix>`` a view shows for the object at ``op``."""
 
+    __slots__ = ("key", "op", "tree", "view")
+
     def __init__(self, tree: Tree, op: ObjPath, view: FileView) -> None:
         self.tree = tree
         self.op = op
         self.view = view
-
-    @functools.cached_property
-    def key(self) -> Hashable:
-        return ("view", self.op.key, self.view.suffix)
+        self.key: Hashable = ("view", op.key, view.suffix)
 
     async def _file(self) -> tuple[ObjectContext, FileView]:
         """A context for the object, and the view (EIO if the object no longer

@@ -44,10 +44,14 @@ given is called from trio tasks and must not block.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import orjson
 
 from layouts.bounds import (
     MAX_ELEMENTS,
@@ -89,6 +93,12 @@ LINKED_LAYOUTS = ("H5D_CONTIGUOUS_REF", "H5D_CHUNKED_REF", "H5D_CHUNKED_REF_INDI
 LOGGED_BAD_LINKS = 3
 #: How many top-level prefixes ``probe`` checks for a ``.domain.json``.
 PROBE_PREFIXES = 64
+
+#: Distinct dataset descriptions (``_description``) and dimension tuples kept shared.
+SHARED_DESCRIPTIONS = 1024
+SHARED_DIMS = 4096
+
+_Dims = TypeVar("_Dims", bound=tuple[int | None, ...] | None)
 
 _LINK_KINDS = {"H5L_TYPE_HARD": LinkKind.HARD, "H5L_TYPE_SOFT": LinkKind.SOFT,
                "H5L_TYPE_EXTERNAL": LinkKind.EXTERNAL}
@@ -539,9 +549,9 @@ class HsdsCatalog:
                                    domain_index=self._index, decoded=self._decoded)
         check_sizes(shape, chunks, etype)
         return Dataset(
-            id=hid.id, attrs=self._attrs(doc), modified=modified, shape=shape, maxshape=maxshape,
-            type=etype, chunks=chunks, fill_value=fill,
-            hdf5={"type": tj, "filters": filters, "layout": dict(layout)}, store=store,
+            id=hid.id, attrs=self._attrs(doc), modified=modified, shape=_shared_dims(shape),
+            maxshape=_shared_dims(maxshape), type=etype, chunks=_shared_dims(chunks),
+            fill_value=fill, hdf5=_description(tj, filters, layout), store=store,
             stored_ref=_ids.stored_ref)
 
     async def _chunk_table(self, table_id: str) -> Dataset:
@@ -558,6 +568,32 @@ class HsdsCatalog:
 
 
 # ---------------------------------------------------------------------- dataset helpers
+
+
+def _description(tj: Any, filters: Any, layout: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A dataset's ``hdf5`` description (type, filters, layout as stored), one
+    read-only instance shared by every dataset described alike: the datasets
+    of a domain have a handful of distinct descriptions, and a walk of 100,000
+    of them would otherwise keep 100,000 copies (and redact each for its
+    sidecar, ``mountd.tree.sidecar``)."""
+    try:
+        key = orjson.dumps([tj, filters, layout])
+    except (orjson.JSONEncodeError, TypeError):  # past 64-bit integers: not shared
+        return MappingProxyType({"type": tj, "filters": filters, "layout": dict(layout)})
+    return _shared_description(key)
+
+
+@functools.lru_cache(maxsize=SHARED_DESCRIPTIONS)
+def _shared_description(key: bytes) -> Mapping[str, Any]:
+    tj, filters, layout = orjson.loads(key)
+    return MappingProxyType({"type": tj, "filters": filters, "layout": layout})
+
+
+@functools.lru_cache(maxsize=SHARED_DIMS)
+def _shared_dims(dims: _Dims) -> _Dims:
+    """``dims`` (a shape, maxshape or chunk shape), the first equal tuple seen:
+    most datasets of a domain share theirs."""
+    return dims
 
 
 def _dims(value: Any, what: str) -> tuple[int, ...]:
