@@ -33,6 +33,7 @@ from typing import Any
 import h5py
 import numcodecs
 import numpy as np
+import orjson
 import pytest
 import trio
 
@@ -353,6 +354,36 @@ def test_every_object_matches_h5py(hsds_bucket: Any) -> None:
     for domain, h5file in h5_domains(hsds_bucket):
         checked += trio.run(_check_file, hsds_bucket.bucket_dir, domain, h5file)
     assert checked > 100
+
+
+@pytest.mark.hsds
+def test_datasets_described_alike_share_one_read_only_description(hsds_bucket: Any) -> None:
+    """A walk keeps every dataset of a domain: equal ``hdf5`` descriptions and
+    dimension tuples are one instance, and no caller can change it for the others."""
+    async def datasets() -> list[Dataset]:
+        found: list[Dataset] = []
+        for domain, h5file in h5_domains(hsds_bucket):
+            tree = await open_tree(hsds_bucket.bucket_dir, domain)
+            with h5py.File(h5file, "r") as f:
+                paths = [info.path for info in walk_links(f)
+                         if isinstance(info.obj, h5py.Dataset)
+                         and isinstance(info.link, h5py.HardLink)]
+            found.extend([ds for ds in [await tree.get(p) for p in paths]
+                          if isinstance(ds, Dataset)])
+        return found
+
+    found = trio.run(datasets)
+    by_text: dict[str, set[int]] = {}
+    for ds in found:
+        by_text.setdefault(orjson.dumps(dict(ds.hdf5)).decode(), set()).add(id(ds.hdf5))
+        with pytest.raises(TypeError):
+            ds.hdf5["layout"] = {}  # type: ignore[index]
+    assert all(len(ids) == 1 for ids in by_text.values())
+    assert len(by_text) < len(found)  # some are described alike, and were given one
+    pairs = {(ds.shape, ds.chunks): (id(ds.shape), id(ds.chunks), id(ds.grid))
+             for ds in found if ds.shape}
+    assert all(pairs[(ds.shape, ds.chunks)] == (id(ds.shape), id(ds.chunks), id(ds.grid))
+               for ds in found if ds.shape)
 
 
 @pytest.mark.hsds

@@ -188,3 +188,20 @@ def test_a_sidecar_shows_storage_urls_redacted_and_attributes_as_stored() -> Non
     assert doc["hdf5"] == {"layout": {**layout, "file_uri":
                                       f"https://h/f.h5?X-Amz-Signature={M}"}}
     assert doc["attributes"] == {"source": content}
+
+
+def test_a_shared_description_is_redacted_again_once_a_secret_is_added(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sidecars keep the shown form of a description shared by many datasets;
+    a secret added later (rotated S3 credentials) is still masked in them."""
+    monkeypatch.setattr(logsafe, "_secrets", logsafe._secrets.copy())
+    secret = "rotated-secret-key-0123"
+    layout = {"class": "H5D_CONTIGUOUS_REF", "file_uri": f"s3://b/{secret}/f.h5"}
+    rows = np.zeros(4, np.dtype([("a", "<i4")]))
+    ds = dataclasses.replace(modelcat.table("d-1", rows, 2), hdf5={"layout": layout})
+    before = trio.run(sidecar_document, ds, "/t", None, no_refs)
+    assert before["hdf5"]["layout"]["file_uri"] == f"s3://b/{secret}/f.h5"
+    logsafe.add_secret(secret)
+    after = trio.run(sidecar_document, ds, "/t", None, no_refs)
+    assert after["hdf5"]["layout"]["file_uri"] == f"s3://b/{M}/f.h5"
+    assert ds.hdf5["layout"]["file_uri"] == f"s3://b/{secret}/f.h5"  # the model is untouched
