@@ -519,16 +519,14 @@ class HsdsCatalog:
     async def _dataset(self, hid: _ids.HsdsId, key: str, doc: Mapping[str, Any],
                        modified: float) -> Dataset:
         tj = await self._resolve_type(doc.get("type"))
-        check_json(tj, "type")
-        htype, etype = parsed_type(tj)
-        shape, maxshape = _shape(doc.get("shape"))
         cprops = doc.get("creationProperties") or {}
         if not isinstance(cprops, Mapping):
             raise FormatError("creationProperties must be an object")
         layout = _layout(doc, cprops)
         filters = cprops.get("filters") or []
-        check_json(layout, "layout")
-        check_json(filters, "filters")
+        hdf5 = _description(tj, filters, layout)
+        htype, etype = parsed_type(tj)
+        shape, maxshape = _shape(doc.get("shape"))
         chunks = _chunk_shape(shape, layout)
         fill = fill_value(htype, cprops.get("fillValue"), cprops.get("fillValue_encoding"))
         store: ChunkStore
@@ -551,7 +549,7 @@ class HsdsCatalog:
         return Dataset(
             id=hid.id, attrs=self._attrs(doc), modified=modified, shape=_shared_dims(shape),
             maxshape=_shared_dims(maxshape), type=etype, chunks=_shared_dims(chunks),
-            fill_value=fill, hdf5=_description(tj, filters, layout), store=store,
+            fill_value=fill, hdf5=hdf5, store=store,
             stored_ref=_ids.stored_ref)
 
     async def _chunk_table(self, table_id: str) -> Dataset:
@@ -571,21 +569,29 @@ class HsdsCatalog:
 
 
 def _description(tj: Any, filters: Any, layout: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A dataset's ``hdf5`` description (type, filters, layout as stored), one
-    read-only instance shared by every dataset described alike: the datasets
-    of a domain have a handful of distinct descriptions, and a walk of 100,000
-    of them would otherwise keep 100,000 copies (and redact each for its
-    sidecar, ``mountd.tree.sidecar``)."""
+    """A dataset's ``hdf5`` description (type, filters, layout as stored),
+    checked (``check_json``), one read-only instance shared by every dataset
+    described alike: the datasets of a domain have a handful of distinct
+    descriptions, and a walk of 100,000 of them would otherwise keep (and
+    check, and redact for each sidecar, ``mountd.tree.sidecar``) 100,000
+    copies."""
     try:
         key = orjson.dumps([tj, filters, layout])
-    except (orjson.JSONEncodeError, TypeError):  # past 64-bit integers: not shared
-        return MappingProxyType({"type": tj, "filters": filters, "layout": dict(layout)})
+    except (orjson.JSONEncodeError, TypeError):  # past 64-bit integers, lone surrogates
+        return _checked_description(tj, filters, dict(layout))
     return _shared_description(key)
 
 
 @functools.lru_cache(maxsize=SHARED_DESCRIPTIONS)
 def _shared_description(key: bytes) -> Mapping[str, Any]:
-    tj, filters, layout = orjson.loads(key)
+    """``_description`` of the JSON ``key`` spells (a failed check is not kept)."""
+    return _checked_description(*orjson.loads(key))
+
+
+def _checked_description(tj: Any, filters: Any, layout: Any) -> Mapping[str, Any]:
+    check_json(tj, "type")
+    check_json(layout, "layout")
+    check_json(filters, "filters")
     return MappingProxyType({"type": tj, "filters": filters, "layout": layout})
 
 
