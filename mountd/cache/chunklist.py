@@ -2,7 +2,8 @@
 
 Owns ``ChunkList``: the flat grid positions (row-major) of the chunks in
 the order storage listed them, plus a sorted copy for lookups, 16 bytes a
-chunk; a dataset of a million chunks, once listed, is listed again (in the
+chunk (a list of none or one chunk holds no sorted copy, and every empty
+one shares one array); a dataset of a million chunks, once listed, is listed again (in the
 same order, so a directory stream restarted from a cookie stays consistent)
 and answers lookups without storage, in 16 MB instead of the ~150 MB a set
 of index tuples would take. ``ChunkListBuilder`` collects the positions
@@ -23,6 +24,9 @@ from layouts.model import ChunkIndex
 
 #: Indices turned back into tuples at once while iterating.
 _BATCH = 4096
+#: The positions of every list with no chunk (a walk lists many such datasets).
+_NONE = np.empty(0, dtype=np.int64)
+_NONE.flags.writeable = False
 
 
 def _strides(grid: tuple[int, ...]) -> tuple[int, ...]:
@@ -41,7 +45,7 @@ class ChunkList:
         self._grid = grid
         self._strides = _strides(grid)
         self._order = order
-        self._sorted = np.sort(order)
+        self._sorted = order if len(order) < 2 else np.sort(order)
 
     def __len__(self) -> int:
         return len(self._order)
@@ -104,4 +108,6 @@ class ChunkListBuilder:
     def result(self) -> ChunkList | None:
         if self._positions is None:
             return None
+        if not self._positions:
+            return ChunkList(self._grid, _NONE)
         return ChunkList(self._grid, np.frombuffer(self._positions, dtype=np.int64).copy())
