@@ -68,8 +68,6 @@ from layouts.views._api import AHEAD_CHUNKS, FileView, Reader, ViewContext
 from layouts.views._arrays import Box, chunks_of_box, fill_box
 from layouts.views._rowbands import ChunkRows
 
-#: The memo key of a dataset's NPY header.
-HEADER_KEY = "npy-header"
 #: Rows (along the first dimension) at most this large are gathered whole: a
 #: read's elements are then a slice of one box of whole rows, at most two rows
 #: more than it asked for, instead of up to ``2*ndim-1`` boxes.
@@ -136,15 +134,6 @@ def flat_boxes(shape: tuple[int, ...], lo: int, hi: int) -> Iterator[Box]:
             yield (r1, *start), (r1 + 1, *stop)
 
 
-def cached_header(ctx: ViewContext, ds: Dataset) -> bytes:
-    """``npy_header(ds)`` of the context's dataset, memoised with it."""
-    header: bytes | None = ctx.recall(HEADER_KEY)
-    if header is None:
-        header = npy_header(ds)
-        ctx.keep(HEADER_KEY, header, len(header))
-    return header
-
-
 def chunks_in_order(shape: tuple[int, ...], chunks: tuple[int, ...],
                     lo: int, hi: int) -> list[tuple[ChunkIndex, int]]:
     """The chunks holding C-order elements ``[lo, hi)``, in grid C order, each
@@ -181,7 +170,7 @@ class NpyView(FileView):
 
     def known_size(self, ctx: ViewContext) -> int:
         ds = _dataset(ctx)
-        return len(cached_header(ctx, ds)) + math.prod(ds.shape or ()) * ds.type.itemsize
+        return len(npy_header(ds)) + math.prod(ds.shape or ()) * ds.type.itemsize
 
     async def open(self, ctx: ViewContext) -> Reader:
         return NpyReader(ctx, _dataset(ctx))
@@ -193,7 +182,7 @@ class NpyReader(Reader):
     def __init__(self, ctx: ViewContext, ds: Dataset) -> None:
         self.ctx = ctx
         self.ds = ds
-        self.header = cached_header(ctx, ds)
+        self.header = npy_header(ds)
         self.shape = ds.shape or ()
         self.itemsize = ds.type.itemsize
         self.elements = math.prod(self.shape)

@@ -68,17 +68,21 @@ class MetaFile(InDomain, FileNode):
         return await self._content(await self.tree.obj(self.op))
 
     async def _content(self, obj: AnyObject) -> bytes:
-        """The rendering, its size kept with what it was derived from."""
+        """The rendering, its size kept with what it was derived from: the
+        size alone when that is only ``obj`` and the domain (most files)."""
         data, seen = await self._render(self.tree, self.op, obj)
-        self.tree.memo.put(self.key, (len(data), seen), _SIZE_BYTES + _SEEN_BYTES * len(seen),
+        kept = (len(data), seen) if seen else len(data)
+        self.tree.memo.put(self.key, kept, _SIZE_BYTES + _SEEN_BYTES * len(seen),
                            obj, self.op.domain)
         return data
 
     async def _size(self, obj: AnyObject) -> int:
         domain = self.op.domain
-        kept: tuple[int, Sequence[tuple[str, AnyObject]]] | None = \
+        kept: int | tuple[int, Sequence[tuple[str, AnyObject]]] | None = \
             self.tree.memo.get(self.key, obj, domain)
-        if kept is not None and (not kept[1] or self.tree.all_fresh(domain, kept[1])):
+        if type(kept) is int:
+            return kept
+        if kept is not None and self.tree.all_fresh(domain, kept[1]):
             return kept[0]
         return len(await self._content(obj))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from layouts.model import AnyObject, Catalog, Domain
@@ -35,6 +35,12 @@ class ObjPath:
     domain: Domain
     names: tuple[str, ...]
     ids: tuple[str, ...]
+    #: ``(domain path, names)``: what is at this path, made once; the keys of
+    #: the object's entries hold it (a walk keeps several per object).
+    key: tuple[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.domain.path, self.names))
 
     @property
     def id(self) -> str:
@@ -57,10 +63,6 @@ class ObjPath:
             if self.ids[depth] == obj_id:
                 return ObjPath(self.domain, self.names[:depth], self.ids[:depth + 1])
         return None
-
-    @property
-    def key(self) -> Hashable:
-        return (self.domain.path, self.names)
 
     @property
     def parent_key(self) -> Hashable:

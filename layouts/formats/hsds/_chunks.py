@@ -322,6 +322,9 @@ class HsdsChunkStore:
     ``decoded`` keeps decoded chunks, if it keeps those of ``store``.
     """
 
+    __slots__ = ("_decoded", "_dset", "_grid", "_index", "_partitions", "_shape", "_spec",
+                 "_store", "_token")
+
     def __init__(self, store: Store, dset: _ids.HsdsId, shape: tuple[int, ...] | None,
                  spec: ChunkSpec, partition_count: int = 0, *,
                  domain_index: DomainIndex | None = None,

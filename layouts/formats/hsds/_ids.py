@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,7 +119,8 @@ def parse_id(text: str) -> HsdsId:
     m = _V2_ID.fullmatch(text)
     if m:
         prefix, a, b, c, d, e = m.groups()
-        return HsdsId(text, prefix, f"{a}-{b}", f"{c}-{d}-{e}")
+        # The root's uuid is the same for every object of a domain: one string.
+        return HsdsId(text, prefix, sys.intern(f"{a}-{b}"), f"{c}-{d}-{e}")
     m = _V1_ID.fullmatch(text)
     if m:
         return HsdsId(text, m.group(1))
