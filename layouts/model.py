@@ -200,8 +200,9 @@ def chunk_grid(shape: Sequence[int], chunks: Sequence[int]) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=SHARED_GRIDS)
-def _shared_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
-    """``chunk_grid``, one tuple for every dataset of the same shape and chunks."""
+def shared_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, ...]:
+    """``chunk_grid``, one tuple for every dataset (and chunk store) of the
+    same shape and chunks."""
     return chunk_grid(shape, chunks)
 
 
@@ -297,7 +298,7 @@ class Dataset(H5Object):
     grid: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        grid = () if self.shape is None else _shared_grid(self.shape, self.chunks)
+        grid = () if self.shape is None else shared_grid(self.shape, self.chunks)
         object.__setattr__(self, "grid", grid)
 
     @property

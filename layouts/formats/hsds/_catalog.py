@@ -538,7 +538,7 @@ class HsdsCatalog:
             store = linked_store(key, shape, etype, chunks, layout, filters=filters, fill=fill,
                                  open_uri=self._open_uri, load_table=self._chunk_table)
         else:
-            plan: FilterPlan = filter_plan(filters)
+            plan = _shared_plan(filter_plan(filters))
             partitions = layout.get("partition_count", 0)
             if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
                 raise FormatError(f"bad partition_count {partitions!r}")
@@ -547,9 +547,8 @@ class HsdsCatalog:
                                    domain_index=self._index, decoded=self._decoded)
         check_sizes(shape, chunks, etype)
         return Dataset(
-            id=hid.id, attrs=self._attrs(doc), modified=modified, shape=_shared_dims(shape),
-            maxshape=_shared_dims(maxshape), type=etype, chunks=_shared_dims(chunks),
-            fill_value=fill, hdf5=hdf5, store=store,
+            id=hid.id, attrs=self._attrs(doc), modified=modified, shape=shape,
+            maxshape=maxshape, type=etype, chunks=chunks, fill_value=fill, hdf5=hdf5, store=store,
             stored_ref=_ids.stored_ref)
 
     async def _chunk_table(self, table_id: str) -> Dataset:
@@ -602,6 +601,12 @@ def _shared_dims(dims: _Dims) -> _Dims:
     return dims
 
 
+@functools.lru_cache(maxsize=SHARED_DESCRIPTIONS)
+def _shared_plan(plan: FilterPlan) -> FilterPlan:
+    """``plan``, the first equal one seen (as ``_shared_dims``)."""
+    return plan
+
+
 def _dims(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise FormatError(f"{what} must be a list")
@@ -612,7 +617,7 @@ def _dims(value: Any, what: str) -> tuple[int, ...]:
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
             raise FormatError(f"bad {what} entry {d!r}")
         dims.append(d)
-    return tuple(dims)
+    return _shared_dims(tuple(dims))
 
 
 def _shape(shape: Any) -> tuple[tuple[int, ...] | None, tuple[int | None, ...] | None]:
@@ -644,7 +649,7 @@ def _shape(shape: Any) -> tuple[tuple[int, ...] | None, tuple[int | None, ...] |
             maxshape.append(m)
         else:
             raise FormatError(f"bad maxdims entry {m!r}")
-    return dims, tuple(maxshape)
+    return dims, _shared_dims(tuple(maxshape))
 
 
 def _layout(doc: Mapping[str, Any], cprops: Mapping[str, Any]) -> Mapping[str, Any]:
