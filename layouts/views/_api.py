@@ -22,8 +22,7 @@ escaped, and a real link of the same name wins.
 A view sees the mount only through a ``ViewContext``, never the tree: the
 object and where it was reached, other objects by path or reference,
 decoded chunks through the mount's chunk cache (with background prefetch
-and a readahead window), a memo keeping derived values with the object, and
-the nursery for background work. Array reads built on it are in
+and a readahead window), and the nursery for background work. Array reads built on it are in
 ``layouts.views._arrays``; a reader streamed from an async generator, with its size
 counted by streaming, is in ``layouts.views._stream``.
 
@@ -49,7 +48,7 @@ its own state with no ``await`` in between, or guards it with a lock.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -161,16 +160,6 @@ class ViewContext(Protocol):
     def readahead(self) -> Readahead:
         """A new readahead window for one reader, sized for this mount's chunk
         cache (one that never reads ahead when there is no room)."""
-        ...
-
-    def recall(self, key: Hashable, *deps: object) -> Any:
-        """The value kept under ``key`` with this object and ``deps``, or None."""
-        ...
-
-    def keep(self, key: Hashable, value: Any, size: int, *deps: object) -> None:
-        """Keep ``value`` (about ``size`` bytes), derived from this object and
-        ``deps``, for as long as they are current. Keys are shared by every
-        view: start them with the view's own name."""
         ...
 
     @property

@@ -50,7 +50,8 @@ watermark, its band and its chunk rows (see ``_rowbands``), each set with no
 gathered is the one kept). ``close`` gives back the chunk rows. A
 band holds chunk bytes as they were when it was gathered, for as long as the
 file stays open and the reads stay in it, as the kernel's page cache does.
-The NPY header is memoised with the dataset (``ctx.keep``).
+The NPY headers of the dtypes and shapes in use are kept, one per pair
+(``_header``), not one per dataset.
 """
 
 from __future__ import annotations

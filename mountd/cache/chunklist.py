@@ -3,11 +3,12 @@
 Owns ``ChunkList``: the flat grid positions (row-major) of the chunks in
 the order storage listed them, plus a sorted copy for lookups, 16 bytes a
 chunk (a list of none or one chunk holds no sorted copy, and every empty
-one shares one array); a dataset of a million chunks, once listed, is listed again (in the
-same order, so a directory stream restarted from a cookie stays consistent)
-and answers lookups without storage, in 16 MB instead of the ~150 MB a set
-of index tuples would take. ``ChunkListBuilder`` collects the positions
-while a listing streams by and gives up past a size limit.
+one shares one array); a dataset of a million chunks, once listed, is
+listed again (in the same order, so a directory stream restarted from a
+cookie stays consistent) and answers lookups without storage, in 16 MB
+instead of the ~150 MB a set of index tuples would take.
+``ChunkListBuilder`` collects the positions while a listing streams by and
+gives up past a size limit.
 
 Concurrency: a ``ChunkList`` is immutable once built and may be shared by
 any number of trio tasks; a builder belongs to the one task listing.

@@ -7,11 +7,10 @@ apply, for a listing or a symlink) and ``sidecar_keys`` (the keys views add
 to a sidecar). A context gives a view the object and its path, other
 objects by path (``Links.resolve``) or reference (``RefIndex``), chunks
 through the tree's chunk cache, a readahead window, leases of the tree's
-held memory (``mountd.cache.held``), the memo (keyed by the
-object's domain and id, so hard-linked aliases share values) and the
-nursery; and it records every object ``child`` and ``deref`` returned
-(``seen``), so what the tree derives through it (a view file's size, a
-sidecar) is kept only while those objects are current too.
+held memory (``mountd.cache.held``) and the nursery; and it records every
+object ``child`` and ``deref`` returned (``seen``), so what the tree
+derives through it (a view file's size, a sidecar) is kept only while
+those objects are current too.
 
 Concurrency: a context is made for one operation (a listing entry, a stat,
 an open, a render); its only mutable state is ``seen``, which only grows,
@@ -22,7 +21,7 @@ reader keeps its context for the life of the handle.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -104,15 +103,6 @@ class ObjectContext:
 
     def readahead(self) -> Readahead:
         return self._tree.readahead()
-
-    def _memo_key(self, key: Hashable) -> Hashable:
-        return ("view", self.op.domain.path, self._obj.id, key)
-
-    def recall(self, key: Hashable, *deps: object) -> Any:
-        return self._tree.memo.get(self._memo_key(key), self._obj, *deps)
-
-    def keep(self, key: Hashable, value: Any, size: int, *deps: object) -> None:
-        self._tree.memo.put(self._memo_key(key), value, size, self._obj, *deps)
 
     @property
     def nursery(self) -> trio.Nursery | None:

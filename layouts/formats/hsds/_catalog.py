@@ -98,7 +98,7 @@ PROBE_PREFIXES = 64
 SHARED_DESCRIPTIONS = 1024
 SHARED_DIMS = 4096
 
-_Dims = TypeVar("_Dims", bound=tuple[int | None, ...] | None)
+_Dims = TypeVar("_Dims", bound=tuple[int | None, ...])
 
 _LINK_KINDS = {"H5L_TYPE_HARD": LinkKind.HARD, "H5L_TYPE_SOFT": LinkKind.SOFT,
                "H5L_TYPE_EXTERNAL": LinkKind.EXTERNAL}
