@@ -7,9 +7,10 @@ registered views add, ``mountd.tree.viewctx.sidecar_keys``) and the Zarr
 files (``mountd.tree.zarrmeta``).
 
 A rendering's size is memoised with the object (and the domain, whose
-metadata a root sidecar shows), and with every other object it was derived
-from (what views read through their context), for as long as the catalog
-hands out those same instances: ``stat`` renders the content to learn its
+metadata a root sidecar shows), in one entry for all the object's files at
+one path, and with every other object it was derived from (what views read
+through their context), for as long as the catalog hands out those same
+instances: ``stat`` renders the content to learn its
 exact size, later ``stat`` calls reuse it, and ``open`` renders it again
 (from the same objects, so to the same bytes).
 
@@ -42,8 +43,13 @@ Rendered = tuple[bytes, Sequence[tuple[str, AnyObject]]]
 MetaRender = Callable[["Tree", ObjPath, AnyObject], Awaitable[Rendered]]
 #: Rough bytes one object a rendering depends on costs in the memo.
 _SEEN_BYTES = 64
-#: Rough bytes a kept size costs in the memo beyond the memo's own overhead.
-_SIZE_BYTES = 48
+#: Rough bytes the kept sizes of one object's metadata files cost in the memo
+#: beyond the memo's own overhead (a small dict of up to four).
+_SIZES_BYTES = 360
+
+#: The kept sizes of an object's metadata files, by name: the size, or the
+#: size and the other objects its rendering was derived from.
+_Sizes = dict[str, int | tuple[int, tuple[tuple[str, AnyObject], ...]]]
 
 
 class MetaFile(InDomain, FileNode):
@@ -68,21 +74,35 @@ class MetaFile(InDomain, FileNode):
         return await self._content(await self.tree.obj(self.op))
 
     async def _content(self, obj: AnyObject) -> bytes:
-        """The rendering, its size kept with what it was derived from: the
-        size alone when that is only ``obj`` and the domain (most files)."""
+        """The rendering, its size kept with what it was derived from."""
         data, seen = await self._render(self.tree, self.op, obj)
-        kept = (len(data), seen) if seen else len(data)
-        self.tree.memo.put(self.key, kept, _SIZE_BYTES + _SEEN_BYTES * len(seen),
-                           obj, self.op.domain)
+        sizes = self._sizes(obj)
+        if seen:
+            sizes[self.name] = (len(data), tuple(seen))
+            self._keep(sizes, obj)  # again: its cost in the memo grew
+        else:
+            sizes[self.name] = len(data)
         return data
 
+    def _sizes(self, obj: AnyObject) -> _Sizes:
+        """The sizes kept for the metadata files of the object at this path
+        (one memo entry for all of them), made empty if there are none."""
+        sizes: _Sizes | None = self.tree.memo.get(("meta", self.op.key), obj, self.op.domain)
+        if sizes is None:
+            sizes = {}
+            self._keep(sizes, obj)
+        return sizes
+
+    def _keep(self, sizes: _Sizes, obj: AnyObject) -> None:
+        seen = sum(len(kept[1]) for kept in sizes.values() if type(kept) is tuple)
+        self.tree.memo.put(("meta", self.op.key), sizes, _SIZES_BYTES + _SEEN_BYTES * seen,
+                           obj, self.op.domain)
+
     async def _size(self, obj: AnyObject) -> int:
-        domain = self.op.domain
-        kept: int | tuple[int, Sequence[tuple[str, AnyObject]]] | None = \
-            self.tree.memo.get(self.key, obj, domain)
+        kept = self._sizes(obj).get(self.name)
         if type(kept) is int:
             return kept
-        if kept is not None and self.tree.all_fresh(domain, kept[1]):
+        if kept is not None and self.tree.all_fresh(self.op.domain, kept[1]):
             return kept[0]
         return len(await self._content(obj))
 
