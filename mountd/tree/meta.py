@@ -10,9 +10,9 @@ A rendering's size is memoised with the object (and the domain, whose
 metadata a root sidecar shows), in one entry for all the object's files at
 one path, and with every other object it was derived from (what views read
 through their context), for as long as the catalog hands out those same
-instances: ``stat`` renders the content to learn its
-exact size, later ``stat`` calls reuse it, and ``open`` renders it again
-(from the same objects, so to the same bytes).
+instances: ``stat`` renders the content to learn its exact size, later
+``stat`` calls reuse it, and ``open`` renders it again (from the same
+objects, so to the same bytes).
 
 Concurrency: nodes are immutable; two tasks that render at once both
 render, and the second one's is kept (the memo's rule for pure derivations).
