@@ -278,7 +278,10 @@ class Dataset(H5Object):
     shape (``()`` for a scalar; for contiguous data the layout picks a grid).
     ``fill_value`` is a NumPy scalar of ``type.dtype`` for fixed-size types,
     or a Python value (or None) for variable-length ones. ``hdf5`` holds the
-    format's own ``filters`` and ``layout`` descriptions for the sidecar.
+    format's own ``filters`` and ``layout`` descriptions for the sidecar; a
+    catalog may share one read-only mapping (``types.MappingProxyType``)
+    among the datasets described alike, and the sidecar then keeps its shown
+    form once.
     """
 
     shape: tuple[int, ...] | None

@@ -39,6 +39,7 @@ import trio
 
 from layouts import decoding
 from layouts.errors import FormatError
+from layouts.formats.hsds import _catalog as hsds_catalog
 from layouts.formats.hsds import _chunks as hsds_chunks
 from layouts.formats.hsds import _ids as hsds_ids
 from layouts.formats.hsds._catalog import HsdsCatalog, probe
@@ -384,6 +385,19 @@ def test_datasets_described_alike_share_one_read_only_description(hsds_bucket: A
              for ds in found if ds.shape}
     assert all(pairs[(ds.shape, ds.chunks)] == (id(ds.shape), id(ds.chunks), id(ds.grid))
                for ds in found if ds.shape)
+
+
+def test_a_large_description_is_the_datasets_own() -> None:
+    """A linked dataset's layout may list where each of its chunks is: such a
+    description is not kept in the shared table, nor made read-only."""
+    tj = {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"}
+    small = {"class": "H5D_CHUNKED", "dims": [4]}
+    large = {"class": "H5D_CHUNKED_REF", "file_uri": "f.h5", "dims": [4],
+             "chunks": {str(i): [8 * i, 8] for i in range(1000)}}
+    assert hsds_catalog._description(tj, [], small) is hsds_catalog._description(tj, [], small)
+    one, two = (hsds_catalog._description(tj, [], dict(large)) for _ in range(2))
+    assert one == two == {"type": tj, "filters": [], "layout": large}
+    assert one is not two and isinstance(one, dict)
 
 
 @pytest.mark.hsds

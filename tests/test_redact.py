@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
+from types import MappingProxyType
 
 import httpx
 import numpy as np
@@ -198,8 +199,10 @@ def test_a_shared_description_is_redacted_again_once_a_secret_is_added(
     secret = "rotated-secret-key-0123"
     layout = {"class": "H5D_CONTIGUOUS_REF", "file_uri": f"s3://b/{secret}/f.h5"}
     rows = np.zeros(4, np.dtype([("a", "<i4")]))
-    ds = dataclasses.replace(modelcat.table("d-1", rows, 2), hdf5={"layout": layout})
+    shared = MappingProxyType({"layout": layout})  # as a catalog shares one
+    ds = dataclasses.replace(modelcat.table("d-1", rows, 2), hdf5=shared)
     before = trio.run(sidecar_document, ds, "/t", None, no_refs)
+    assert trio.run(sidecar_document, ds, "/t", None, no_refs)["hdf5"] is before["hdf5"]
     assert before["hdf5"]["layout"]["file_uri"] == f"s3://b/{secret}/f.h5"
     logsafe.add_secret(secret)
     after = trio.run(sidecar_document, ds, "/t", None, no_refs)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from layouts.model import AnyObject, Dataset, Datatype, Domain, Group, LinkKind, ObjectRef
@@ -72,8 +73,11 @@ def _dataset_fields(ds: Dataset) -> dict[str, Any]:
 
 def _shown_description(hdf5: Mapping[str, Any]) -> jsonvalue.Plain:
     """A dataset's ``hdf5`` description as its sidecar shows it (redacted,
-    converted), kept by the identity of the model's: catalogs share one among
-    the datasets described alike, so a walk redacts each description once."""
+    converted). A read-only one (``MappingProxyType``) is one a catalog shares
+    among the datasets described alike (``Dataset.hdf5``): its shown form is
+    kept by its identity, so a walk redacts each such description once."""
+    if not isinstance(hdf5, MappingProxyType):  # a dataset's own: not kept
+        return jsonvalue.Plain(jsonvalue.jsonable(logsafe.redact_strings(hdf5)))
     kept = _SHOWN.get(id(hdf5))
     secrets = logsafe.generation()
     if kept is not None and kept[0] is hdf5 and kept[1] == secrets:

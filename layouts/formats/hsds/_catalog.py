@@ -96,6 +96,8 @@ PROBE_PREFIXES = 64
 
 #: Distinct dataset descriptions (``_description``) and dimension tuples kept shared.
 SHARED_DESCRIPTIONS = 1024
+#: Largest description shared, as JSON bytes.
+SHARED_DESCRIPTION_BYTES = 4096
 SHARED_DIMS = 4096
 
 _Dims = TypeVar("_Dims", bound=tuple[int | None, ...])
@@ -573,10 +575,14 @@ def _description(tj: Any, filters: Any, layout: Mapping[str, Any]) -> Mapping[st
     described alike: the datasets of a domain have a handful of distinct
     descriptions, and a walk of 100,000 of them would otherwise keep (and
     check, and redact for each sidecar, ``mountd.tree.sidecar``) 100,000
-    copies."""
+    copies. A large one (a linked dataset's layout may list where each chunk
+    is in its file) stays the dataset's own dict, so the shared ones stay
+    small."""
     try:
         key = orjson.dumps([tj, filters, layout])
     except (orjson.JSONEncodeError, TypeError):  # past 64-bit integers, lone surrogates
+        key = None
+    if key is None or len(key) > SHARED_DESCRIPTION_BYTES:
         return _checked_description(tj, filters, dict(layout))
     return _shared_description(key)
 
@@ -584,14 +590,14 @@ def _description(tj: Any, filters: Any, layout: Mapping[str, Any]) -> Mapping[st
 @functools.lru_cache(maxsize=SHARED_DESCRIPTIONS)
 def _shared_description(key: bytes) -> Mapping[str, Any]:
     """``_description`` of the JSON ``key`` spells (a failed check is not kept)."""
-    return _checked_description(*orjson.loads(key))
+    return MappingProxyType(_checked_description(*orjson.loads(key)))
 
 
-def _checked_description(tj: Any, filters: Any, layout: Any) -> Mapping[str, Any]:
+def _checked_description(tj: Any, filters: Any, layout: Any) -> dict[str, Any]:
     check_json(tj, "type")
     check_json(layout, "layout")
     check_json(filters, "filters")
-    return MappingProxyType({"type": tj, "filters": filters, "layout": layout})
+    return {"type": tj, "filters": filters, "layout": layout}
 
 
 @functools.lru_cache(maxsize=SHARED_DIMS)
