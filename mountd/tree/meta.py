@@ -73,10 +73,12 @@ class MetaFile(InDomain, FileNode):
     async def content(self) -> bytes:
         return await self._content(await self.tree.obj(self.op))
 
-    async def _content(self, obj: AnyObject) -> bytes:
-        """The rendering, its size kept with what it was derived from."""
+    async def _content(self, obj: AnyObject, sizes: _Sizes | None = None) -> bytes:
+        """The rendering, its size kept (in ``sizes``, the object's kept sizes if
+        the caller has them) with what it was derived from."""
         data, seen = await self._render(self.tree, self.op, obj)
-        sizes = self._sizes(obj)
+        if sizes is None:
+            sizes = self._sizes(obj)
         if seen:
             sizes[self.name] = (len(data), tuple(seen))
             self._keep(sizes, obj)  # again: its cost in the memo grew
@@ -99,12 +101,13 @@ class MetaFile(InDomain, FileNode):
                            obj, self.op.domain)
 
     async def _size(self, obj: AnyObject) -> int:
-        kept = self._sizes(obj).get(self.name)
+        sizes = self._sizes(obj)
+        kept = sizes.get(self.name)
         if type(kept) is int:
             return kept
         if kept is not None and self.tree.all_fresh(self.op.domain, kept[1]):
             return kept[0]
-        return len(await self._content(obj))
+        return len(await self._content(obj, sizes))
 
     async def stat(self) -> Stat:
         obj = await self.tree.obj(self.op)

@@ -76,16 +76,16 @@ def _shown_description(hdf5: Mapping[str, Any]) -> jsonvalue.Plain:
     converted). A read-only one (``MappingProxyType``) is one a catalog shares
     among the datasets described alike (``Dataset.hdf5``): its shown form is
     kept by its identity, so a walk redacts each such description once."""
-    if not isinstance(hdf5, MappingProxyType):  # a dataset's own: not kept
-        return jsonvalue.Plain(jsonvalue.jsonable(logsafe.redact_strings(hdf5)))
-    kept = _SHOWN.get(id(hdf5))
+    shared = isinstance(hdf5, MappingProxyType)  # else a dataset's own: not kept
     secrets = logsafe.generation()
+    kept = _SHOWN.get(id(hdf5)) if shared else None
     if kept is not None and kept[0] is hdf5 and kept[1] == secrets:
         return kept[2]
     shown = jsonvalue.Plain(jsonvalue.jsonable(logsafe.redact_strings(hdf5)))
-    if len(_SHOWN) >= SHOWN_DESCRIPTIONS:
-        _SHOWN.clear()
-    _SHOWN[id(hdf5)] = (hdf5, secrets, shown)
+    if shared:
+        if len(_SHOWN) >= SHOWN_DESCRIPTIONS:
+            _SHOWN.clear()
+        _SHOWN[id(hdf5)] = (hdf5, secrets, shown)
     return shown
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -64,7 +64,7 @@ from layouts.bounds import (
 from layouts.decoding import DecodedCache
 from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, SourceError, report_once
 from layouts.formats.hsds import _ids, _json
-from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, HsdsChunkStore, filter_plan
+from layouts.formats.hsds._chunks import ChunkSpec, HsdsChunkStore, filter_plan
 from layouts.formats.hsds._domains import DomainIndex, DomainState
 from layouts.formats.hsds._linked import linked_chunks, linked_store
 from layouts.formats.hsds._values import attribute_value, fill_value
@@ -94,13 +94,14 @@ LOGGED_BAD_LINKS = 3
 #: How many top-level prefixes ``probe`` checks for a ``.domain.json``.
 PROBE_PREFIXES = 64
 
-#: Distinct dataset descriptions (``_description``) and dimension tuples kept shared.
+#: Distinct dataset descriptions kept shared (``_description``), and the
+#: largest shared, as JSON bytes.
 SHARED_DESCRIPTIONS = 1024
-#: Largest description shared, as JSON bytes.
 SHARED_DESCRIPTION_BYTES = 4096
-SHARED_DIMS = 4096
+#: Distinct dimension tuples and filter plans kept shared (``_shared``).
+SHARED_VALUES = 4096
 
-_Dims = TypeVar("_Dims", bound=tuple[int | None, ...])
+_Hashable = TypeVar("_Hashable", bound=Hashable)
 
 _LINK_KINDS = {"H5L_TYPE_HARD": LinkKind.HARD, "H5L_TYPE_SOFT": LinkKind.SOFT,
                "H5L_TYPE_EXTERNAL": LinkKind.EXTERNAL}
@@ -540,7 +541,7 @@ class HsdsCatalog:
             store = linked_store(key, shape, etype, chunks, layout, filters=filters, fill=fill,
                                  open_uri=self._open_uri, load_table=self._chunk_table)
         else:
-            plan = _shared_plan(filter_plan(filters))
+            plan = _shared(filter_plan(filters))
             partitions = layout.get("partition_count", 0)
             if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 0:
                 raise FormatError(f"bad partition_count {partitions!r}")
@@ -600,17 +601,11 @@ def _checked_description(tj: Any, filters: Any, layout: Any) -> dict[str, Any]:
     return {"type": tj, "filters": filters, "layout": layout}
 
 
-@functools.lru_cache(maxsize=SHARED_DIMS)
-def _shared_dims(dims: _Dims) -> _Dims:
-    """``dims`` (a shape, maxshape or chunk shape), the first equal tuple seen:
-    most datasets of a domain share theirs."""
-    return dims
-
-
-@functools.lru_cache(maxsize=SHARED_DESCRIPTIONS)
-def _shared_plan(plan: FilterPlan) -> FilterPlan:
-    """``plan``, the first equal one seen (as ``_shared_dims``)."""
-    return plan
+@functools.lru_cache(maxsize=SHARED_VALUES)
+def _shared(value: _Hashable) -> _Hashable:
+    """``value`` (a shape, maxshape or chunk shape, a filter plan), the first
+    equal one seen: most datasets of a domain share theirs."""
+    return value
 
 
 def _dims(value: Any, what: str) -> tuple[int, ...]:
@@ -623,7 +618,7 @@ def _dims(value: Any, what: str) -> tuple[int, ...]:
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
             raise FormatError(f"bad {what} entry {d!r}")
         dims.append(d)
-    return _shared_dims(tuple(dims))
+    return _shared(tuple(dims))
 
 
 def _shape(shape: Any) -> tuple[tuple[int, ...] | None, tuple[int | None, ...] | None]:
@@ -655,7 +650,7 @@ def _shape(shape: Any) -> tuple[tuple[int, ...] | None, tuple[int | None, ...] |
             maxshape.append(m)
         else:
             raise FormatError(f"bad maxdims entry {m!r}")
-    return dims, _shared_dims(tuple(maxshape))
+    return dims, _shared(tuple(maxshape))
 
 
 def _layout(doc: Mapping[str, Any], cprops: Mapping[str, Any]) -> Mapping[str, Any]:
