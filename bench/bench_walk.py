@@ -41,7 +41,8 @@ runs after it of that case are skipped. The targets are ratios within the
 run: the walks of walk10k at most 2x memtree; on S3 at most 1.3x the local
 mount of the same domain (3x after the writes); at most 0.01 storage
 requests per object with a current summary; walk100k at most 11x walk10k
-with a peak RSS within the cache budgets (from the mount options) + 150 MiB;
+with a peak RSS within the cache budgets (`chunk_cache` and `meta_cache`, from
+the mount options) + 150 MiB;
 the ratio to ``visititems`` is reported only.
 
 Everything runs sequentially in the driver's one thread; every mount is
@@ -560,11 +561,13 @@ GROUPS: dict[str, tuple[Callable[[Run], None], tuple[str, ...]]] = {
 
 
 def cache_budget_mib(options: Sequence[str], remote: bool) -> float:
-    """The cache budgets of a mount with ``options``: ``chunk_cache``, plus the block
-    cache (``cache_size``) that only remote reads use; daemon defaults when absent."""
+    """The cache budgets a walk can fill on a mount with ``options``: ``chunk_cache``
+    and ``meta_cache``, plus the block cache (``cache_size``) that only remote reads
+    use; daemon defaults when absent."""
     config = MountConfig("", "")
     apply_options(config, list(options))
-    return (config.chunk_cache + (config.cache_size if remote else 0)) / MIB
+    return (config.chunk_cache + config.meta_cache
+            + (config.cache_size if remote else 0)) / MIB
 
 
 def _median(values: Sequence[float], fmt: str) -> str:
@@ -736,12 +739,12 @@ def report_notes(run: Run) -> list[str]:
         "visititems h5pyd's). FUSE and storage requests are the daemon's own counts "
         "(`-o stats_file`, SIGUSR1) of what the command caused (memtree: its own counts); "
         "storage req/object divides by the objects (groups and datasets) of what was listed.",
-        f"Peak RSS budget of a local mount: `chunk_cache` "
+        f"Peak RSS budget of a local mount: `chunk_cache` plus `meta_cache` "
         f"{cache_budget_mib(run.options, remote=False):.0f} MiB (a local bucket is read "
         "without the block cache; `cache_size` applies to remote reads only), + "
         f"{RSS_SLACK_MIB:.0f} MiB."
-        + (f" The daemon's stats document gave the budgets {stated} (memo is fixed, not an "
-           "option)." if stated else ""),
+        + (f" The daemon's stats document gave the budgets {stated} (memo is `meta_cache`; "
+           "row bands serve `.npy` reads, which a walk does not make)." if stated else ""),
         f"Commands are killed after {run.timeout:.0f} s; such a case shows `> "
         f"{run.timeout:.0f} s` and its ratio is a bound.",
         f"Before each run the driver waited up to {run.quiet_timeout:.0f} s for the CPUs to "

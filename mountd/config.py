@@ -36,6 +36,7 @@ from typing import Any
 from layouts.storage import DEFAULT_MAX_METADATA
 from mountd import logsafe
 from mountd.cache.held import ROW_BANDS_BYTES
+from mountd.cache.memo import MAX_BYTES as MEMO_BYTES
 
 #: ``-o log_level=`` values, as ``--log-level`` takes them.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -273,6 +274,13 @@ class MountConfig:
              f"the cache instead (up to {ROW_BANDS_BYTES >> 20} MiB for all open files, else "
              "each chunk is decoded again per band of rows), and the log says once per "
              "dataset what size would do")
+    meta_cache: int = option(
+        size(), default=MEMO_BYTES,
+        help="memory for what the mount derives from metadata and keeps while it is current: "
+             "the sizes of sidecars, `.zarray`, `.zattrs` and `.npy` files, groups' listings, "
+             "datasets' chunk lists, rendered xattrs (a walk keeps about 2 KB per dataset "
+             "it shows); past it, the least recently used are made again when asked. The "
+             "objects' own metadata, and the nodes of entries the kernel holds, are not in it")
     readahead: int = option(
         size(), default=1 << 20,
         help="largest read the kernel sends, set on the mount's own bdi when run as root "

@@ -322,7 +322,7 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
         decoding.OUTPUT.take = cache.pool.buffer
     catalog = CachedCatalog(source.catalog, ttl=config.metadata_ttl)
     tree = make_tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
-                     h5views=H5Views.for_mount(config))
+                     h5views=H5Views.for_mount(config), memo_bytes=config.meta_cache)
     started, started_monotonic = time.time(), time.monotonic()
 
     def reporter(ops: Operations) -> stats.Reporter:

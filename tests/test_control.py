@@ -100,7 +100,8 @@ def stored_chunks(bucket: Path, dataset_id: str) -> dict[str, int]:
 @pytest.mark.mount
 @needs_fuse
 def test_control_directory_counts_what_a_reader_did(tmp_path: Path) -> None:
-    with mounted(SAMPLE, tmp_path / "mnt", "-o", "metadata_ttl=600,chunk_cache=64M") as mp:
+    with mounted(SAMPLE, tmp_path / "mnt", "-o",
+                 "metadata_ttl=600,chunk_cache=64M,meta_cache=48M") as mp:
         control = mp / ".h5mount"
         # Hidden: in no listing, found by name.
         assert ".h5mount" not in os.listdir(mp)
@@ -135,6 +136,8 @@ def test_control_directory_counts_what_a_reader_did(tmp_path: Path) -> None:
         assert after["h5mount"]["source"] == str(SAMPLE)
         assert after["h5mount"]["uptime_seconds"] > before["h5mount"]["uptime_seconds"]
         assert after["memory"]["rss_bytes"] > 0
+        memo = after["caches"]["memo"]
+        assert memo["budget_bytes"] == 48 << 20 and 0 < memo["bytes"] <= memo["budget_bytes"]
 
         # An error reply is counted by errno.
         with pytest.raises(FileNotFoundError):
@@ -143,6 +146,7 @@ def test_control_directory_counts_what_a_reader_did(tmp_path: Path) -> None:
 
         config = json.loads(fresh(control / "config.json"))
         assert config["metadata_ttl"] == 600 and config["chunk_cache"] == 64 << 20
+        assert config["meta_cache"] == 48 << 20
         assert config["source"] == str(SAMPLE) and "ro" in config["fuse_options"]
 
         families = {f.name: f for f in

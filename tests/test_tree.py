@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import io
 import json
 import math
+import tracemalloc
 from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
@@ -31,6 +33,7 @@ from layouts.views import _npy as npy
 from layouts.views._npy import NpyReader, NpyView, flat_boxes
 from mountd.cache.chunkahead import GridReadahead, ravel, unravel
 from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.memo import ENTRY_OVERHEAD
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.tree import Tree, make_tree, meta
@@ -701,9 +704,10 @@ def test_meta_files_render_once_per_object_instance() -> None:
 
 
 def test_small_dataset_rows_are_kept_with_the_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A dataset whose rows fit one batch is listed from memoised rows, with the
-    Zarr files' exact sizes, while the catalog hands out the same object; a
-    Zarr file whose stat failed is left for readdir and nothing is kept."""
+    """A dataset whose rows fit one batch is listed whole, with the Zarr files'
+    exact sizes; listed again while the catalog hands out the same object, it
+    renders nothing (the sizes are kept with the object); a Zarr file whose
+    stat failed is left for readdir and nothing is kept."""
     async def rows(node: Node) -> list[tuple[str, Node, Stat | None]]:
         assert isinstance(node, DirNode)
         return [(name, child, st) async for _, name, child, st in node.open_listing().entries(0)]
@@ -725,15 +729,22 @@ def test_small_dataset_rows_are_kept_with_the_object(monkeypatch: pytest.MonkeyP
             ("3.2", False)]
         monkeypatch.setattr(meta, "_render_zattrs", real)
         first = await rows(node)
-        misses = tree.memo.misses
+        rendered: list[str] = []
+
+        async def counted(tree: Tree, op: ObjPath, obj: AnyObject) -> meta.Rendered:
+            rendered.append(op.h5path)
+            return await real(tree, op, obj)
+
+        monkeypatch.setattr(meta, "_render_zattrs", counted)
         again = await rows(node)
-        assert tree.memo.misses == misses
+        assert rendered == []
         listing = node.open_listing()  # whole: no stream behind it
         assert isinstance(listing, SmallOrStreamListing)
         assert [name for name, _, _ in await listing.rows_after(2)] == ["0.0", "1.1", "3.2"]
         assert listing.stream is None
-        assert [(name, id(child), st) for name, child, st in again] == \
-            [(name, id(child), st) for name, child, st in first]
+        assert [(name, child.key, st) for name, child, st in again] == \
+            [(name, child.key, st) for name, child, st in first]
+        monkeypatch.setattr(meta, "_render_zattrs", real)
         for name, child, st in first[:2]:
             assert st is not None and st.size == len(await read_all(child)), name
         # a refreshed object is listed afresh (its chunks from storage again,
@@ -855,11 +866,19 @@ def test_walking_dataset_dirs_in_order_makes_their_rows_ahead() -> None:
             await trio.testing.wait_all_tasks_blocked()
             assert dirs[1].loaded() and dirs[2].loaded()
             assert not dirs[-1].loaded()
-            # the rows made ahead are the rows the walker gets
-            made = tree.memo.get(("rows", dirs[1].op.key), await tree.dataset(dirs[1].op),
-                                 dirs[1].op.domain)
-            names = [name async for _, name, _, _ in dirs[1].open_listing().entries(0)]
-            assert names == [row.name for row in made] == [".zarray", ".zattrs", "0", "1"]
+            # the rows made ahead are the rows the walker gets, and the memo
+            # keeps them no longer once the walker has them
+            key, ds = ("rows", dirs[1].op.key), await tree.dataset(dirs[1].op)
+            made = tree.memo.get(key, ds, dirs[1].op.domain)
+            kept = tree.memo.used
+            listed = [row async for row in dirs[1].open_listing().entries(0)]
+            assert [node for _, _, node, _ in listed] == [row.node for row in made]
+            assert [name for _, name, _, _ in listed] == [".zarray", ".zattrs", "0", "1"]
+            assert tree.memo.get(key, ds, dirs[1].op.domain) is None
+            assert tree.memo.used < kept
+            # listed again: the same names, made anew with no storage round trip
+            again = [name async for _, name, _, _ in dirs[1].open_listing().entries(0)]
+            assert again == [".zarray", ".zattrs", "0", "1"]
             nursery.cancel_scope.cancel()
     trio.run(main)
 
@@ -913,3 +932,48 @@ def test_walking_groups_in_order_loads_them_ahead() -> None:
             assert slow.fetches == 1 + 60 * 6  # each object fetched once
             nursery.cancel_scope.cancel()
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_the_memo_charges_at_least_the_memory_it_keeps() -> None:
+    """``-o meta_cache`` bounds what the memo keeps only if its charges are not
+    below what its entries hold: after a walk of 2,000 datasets (rows, sizes
+    and chunk lists kept), pushing every entry out frees no more traced memory
+    than the memo had charged for them. The walk keeps every node it was given,
+    as the inode table does while the kernel knows the entries: a row is
+    charged beyond its node."""
+    datasets = {f"d{i:04d}": generated_dataset(f"d-{i}", (1,), (4,)) for i in range(2000)}
+    held: list[Node] = []
+
+    async def walk(tree: Tree) -> None:
+        async for _, _, node, _ in (await tree.root()).open_listing().entries(0):
+            held.append(node)
+            if isinstance(node, DirNode):
+                async for _, _, child, st in node.open_listing().entries(0):
+                    held.append(child)
+                    if st is None:  # a streamed listing: the file's own stat
+                        await child.stat()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            tree = make_tree(CachedCatalog(catalog_with(**datasets), ttl=3600),
+                             chunk_cache=ChunkCache(1 << 20, nursery))
+            await tree.root()
+            tracemalloc.start()
+            try:
+                await walk(tree)
+                assert len(held) > 5 * len(datasets)
+                await trio.testing.wait_all_tasks_blocked()
+                charged = tree.memo.used
+                gc.collect()
+                before = tracemalloc.get_traced_memory()[0]
+                # One value charged the whole budget pushes every other out.
+                tree.memo.put(("filler",), 0, tree.memo.max_bytes - ENTRY_OVERHEAD)
+                assert tree.memo.used == tree.memo.max_bytes
+                gc.collect()
+                freed = before - tracemalloc.get_traced_memory()[0]
+            finally:
+                tracemalloc.stop()
+            assert charged > 1000 * len(datasets)
+            assert 0.5 * charged < freed <= charged
+            nursery.cancel_scope.cancel()
+    trio.run(main)

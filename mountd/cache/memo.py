@@ -63,6 +63,14 @@ class Memo:
         self.misses += 1
         return None
 
+    def take(self, key: Hashable, *deps: object) -> Any:
+        """``get``, and the entry is dropped: for a value made ahead of the one
+        reader that will use it (a dataset's rows made ahead of a walker)."""
+        value = self.get(key, *deps)
+        if value is not None:
+            self.used -= self._items.pop(key)[1]
+        return value
+
     def put(self, key: Hashable, value: Any, size: int, *deps: object) -> None:
         """Keep ``value`` (never None), derived from ``deps``, costing about ``size`` bytes."""
         old = self._items.pop(key, None)

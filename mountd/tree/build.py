@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from layouts.model import Catalog
 from layouts.views import View
 from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.memo import MAX_BYTES as MEMO_BYTES
 from mountd.errors import NotFound
 from mountd.tree.core import Tree
 from mountd.tree.folders import FolderDir
@@ -32,10 +33,11 @@ from mountd.tree.paths import root_path
 
 def make_tree(catalog: Catalog, views: Sequence[View] = (), ttl: float = 60.0,
               chunk_cache: ChunkCache | None = None,
-              h5views: H5Views | None = None) -> Tree:
+              h5views: H5Views | None = None, *, memo_bytes: int = MEMO_BYTES) -> Tree:
     """The tree of a mount of ``catalog``, showing ``views`` and, unless None,
     the ``D.h5`` images of ``h5views`` (``Tree`` says what the rest are)."""
-    return Tree(catalog, views, ttl, chunk_cache, root=mount_root, h5views=h5views)
+    return Tree(catalog, views, ttl, chunk_cache, root=mount_root, h5views=h5views,
+                memo_bytes=memo_bytes)
 
 
 async def mount_root(tree: Tree) -> DirNode:

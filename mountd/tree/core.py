@@ -44,6 +44,7 @@ from mountd.cache.chunkahead import GridReadahead, chunk_unit
 from mountd.cache.chunkcache import ChunkCache
 from mountd.cache.dataepochs import DataEpochs
 from mountd.cache.held import ROW_BANDS_BYTES, HeldMemory
+from mountd.cache.memo import MAX_BYTES as MEMO_BYTES
 from mountd.cache.memo import Memo
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
@@ -74,7 +75,7 @@ class Tree:
     def __init__(self, catalog: Catalog, views: Sequence[View] = (),
                  ttl: float = 60.0, chunk_cache: ChunkCache | None = None, *,
                  root: Callable[[Tree], Awaitable[DirNode]],
-                 h5views: H5Views | None = None) -> None:
+                 h5views: H5Views | None = None, memo_bytes: int = MEMO_BYTES) -> None:
         self.catalog = catalog
         self.views = tuple(views)
         #: The views that show an entry ``P<suffix>`` beside the objects they apply to.
@@ -82,7 +83,7 @@ class Tree:
         #: The views that add a key to the sidecars of the objects they apply to.
         self.sidecar_views = tuple(v for v in self.views if v.sidecar_key is not None)
         self.chunk_cache = chunk_cache or ChunkCache(0)
-        self.memo = Memo()
+        self.memo = Memo(max_bytes=memo_bytes)
         #: Each dataset's data epoch: the periods its cached chunks stay current.
         self.data_epochs = DataEpochs()
         #: Opens that let the kernel keep a file's pages, and opens that dropped them.

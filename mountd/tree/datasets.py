@@ -8,14 +8,17 @@ a dataset (at most ``MAX_KEPT_CHUNKS``), once listed whole, are memoised
 with the dataset object as a ``ChunkList``, so listing it again (in the
 same order) and looking up its chunks need no storage round trip until the
 object is fetched anew (``-o metadata_ttl``). A dataset whose rows (Zarr
-files and chunk files) fit one ``STREAM_BATCH`` also has its rows, with
-their stats, memoised with the dataset object and the domain, and is
-listed whole from them (``SmallOrStreamListing``): listing it again makes
-no node, no stream and renders nothing. When a walker is coming
-(``mountd.tree.preload``), a small dataset (at most ``SMALL_LISTING``
-chunks) is listed ahead in the background and its rows are made (its Zarr
-files rendered for their sizes), so the walker finds them memoised. Reading
-chunk files in grid order prefetches the next chunks (``Tree.chunk_file_read``).
+files and chunk files) fit one ``STREAM_BATCH`` is listed whole
+(``SmallOrStreamListing``), from its rows with their stats. When a walker
+is coming (``mountd.tree.preload``), a small dataset (at most
+``SMALL_LISTING`` chunks) is listed ahead in the background and its rows
+are made (its Zarr files rendered for their sizes) and memoised with the
+dataset object and the domain; the walker's listing takes them out of the
+memo, since a walk lists each directory once and a walk of 100,000 datasets
+would otherwise keep 100,000 sets of rows. Listing it again makes the rows
+anew from the memoised sizes and chunk list: no storage round trip, nothing
+rendered. Reading chunk files in grid order prefetches the next chunks
+(``Tree.chunk_file_read``).
 
 Concurrency: nodes are immutable; a listing is one stream per open
 directory, and what it learns is memoised by synchronous calls.
@@ -109,18 +112,25 @@ class DatasetDir(ObjectDir):
         a listing of it ahead to end."""
         ds = await self.tree.dataset(self.op)
         self.tree.preload.dir_opened(self)
-        kept = self._kept_rows(ds)
+        kept = self._taken_rows(ds)
         if kept is None:
             await self.tree.preload.finished(self.op.key)
-            kept = self._kept_rows(ds)
-        return kept if kept is not None else await self._make_rows(ds)
+            kept = self._taken_rows(ds)
+        return kept if kept is not None else await self._make_rows(ds, keep=False)
 
     def _kept_rows(self, ds: Dataset) -> list[Row] | None:
         kept: list[Row] | None = self.tree.memo.get(self._rows_key, ds, self.op.domain)
         return kept
 
-    async def _make_rows(self, ds: Dataset) -> list[Row] | None:
-        """``_whole``'s rows, made now (and memoised when whole)."""
+    def _taken_rows(self, ds: Dataset) -> list[Row] | None:
+        """The rows made ahead for this listing, handed over: the memo keeps
+        them no longer (a walk lists each directory once)."""
+        taken: list[Row] | None = self.tree.memo.take(self._rows_key, ds, self.op.domain)
+        return taken
+
+    async def _make_rows(self, ds: Dataset, keep: bool) -> list[Row] | None:
+        """``_whole``'s rows, made now; memoised when whole and ``keep`` (made
+        ahead of a walker)."""
         own = [Row(name, node) for name, node in self._own_files(ds).items()]
         known = self._known_chunks(ds)
         if known is None and ds.store.listing_ready():
@@ -128,7 +138,7 @@ class DatasetDir(ObjectDir):
             await self._list_small(ds)
             known = self._known_chunks(ds)
         if known is not None and len(own) + len(known) <= STREAM_BATCH:
-            return await self._small_rows(ds, own, known)
+            return await self._small_rows(ds, own, known, keep)
         return None
 
     async def _batches(self) -> AsyncIterator[list[Row]]:
@@ -172,12 +182,13 @@ class DatasetDir(ObjectDir):
     def _rows_key(self) -> Hashable:
         return ("rows", self.op.key)
 
-    async def _small_rows(self, ds: Dataset, own: list[Row], known: ChunkList) -> list[Row]:
+    async def _small_rows(self, ds: Dataset, own: list[Row], known: ChunkList,
+                          keep: bool) -> list[Row]:
         """Every row of a dataset whose few chunks are ``known``: the Zarr files
-        with their stats, then the chunk files. Memoised with the dataset object
-        and the domain, which those stats and the chunk list derive from (as
-        a group's rows are), unless a stat failed: readdir then stats that
-        file itself and reports the error."""
+        with their stats, then the chunk files. If ``keep``, memoised with the
+        dataset object and the domain, which those stats and the chunk list
+        derive from (as a group's rows are), unless a stat failed: readdir
+        then stats that file itself and reports the error."""
         rows: list[Row] = []
         whole = True
         for name, node, _ in own:
@@ -190,7 +201,7 @@ class DatasetDir(ObjectDir):
         suffix = zarrmeta.chunk_name_suffix(ds)
         rows.extend(Row(chunk_name(index) + suffix, ChunkFile(self.tree, self.op, index),
                         chunk_stat) for index in known)
-        if whole:
+        if whole and keep:
             self.tree.memo.put(self._rows_key, rows, _ROW_BYTES * len(rows), ds,
                                self.op.domain)
         return rows
@@ -230,7 +241,7 @@ class DatasetDir(ObjectDir):
             if self._known_chunks(ds) is None and not ds.store.listing_ready():
                 await self._list_small(ds)
         if self._kept_rows(ds) is None:
-            await self._make_rows(ds)
+            await self._make_rows(ds, keep=True)
 
     async def _list_small(self, ds: Dataset) -> None:
         """Remember the chunk indices if there are at most ``SMALL_LISTING``."""
