@@ -1,17 +1,17 @@
 """``layouts.hdf5._image``: skeleton plans written as HDF5 files, read back with h5py.
 
 No mount: each test builds a plan by hand (as ``mountd.tree.h5view`` would),
-writes it with ``build_image`` and opens the bytes with h5py, checking what
-a user of the ``D.h5`` view relies on: types as stored, external storage,
-embedded variable-length data, references, links of every kind, dimension
-scales, fill values, and that whatever cannot be written is named in the
-root attribute, never written half.
+writes it with ``build_image``, fills the places of the datasets' stored
+elements as the mount would, and opens the bytes with h5py, checking what a
+user of the ``D.h5`` view relies on: types as stored, elements inside the
+file, embedded variable-length data, references, links of every kind,
+dimension scales, fill values, and that whatever cannot be written is named
+in the root attribute, never written half.
 """
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
+import tempfile
 from typing import Any
 
 import h5py
@@ -20,8 +20,9 @@ import pytest
 
 from layouts.hdf5._image import (
     LEFT_OUT_ATTR,
+    PAGE,
     AttrPlan,
-    External,
+    FileImage,
     LinkPlan,
     ObjPlan,
     PlanRef,
@@ -45,9 +46,32 @@ def _root(*attrs: AttrPlan) -> ObjPlan:
                    attrs=list(attrs))
 
 
-def _open(skeleton: Skeleton) -> tuple[h5py.File, list[str]]:
-    data, left_out = build_image(skeleton)
-    return h5py.File(io.BytesIO(data), "r"), left_out
+def _file(image: FileImage, elements: dict[str, bytes]) -> h5py.File:
+    """The file as the mount serves it: the parts HDF5 wrote, and each dataset's
+    ``elements`` at the start of its place (the rest of a place reads as zeros:
+    the file is written sparse, so a place of gigabytes costs nothing)."""
+    assert image.starts == sorted(image.starts) and image.starts[0] == 0
+    ends = [*image.starts[1:], image.size]
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - the h5py.File returned owns it
+    for start, end, part in zip(image.starts, ends, image.parts, strict=True):
+        if isinstance(part, int):
+            assert part == end - start
+        elif isinstance(part, bytes):
+            assert len(part) == end - start
+            out.seek(start)
+            out.write(part)
+        elif part in elements:
+            assert len(elements[part]) <= end - start
+            out.seek(start)
+            out.write(elements[part])
+    out.truncate(image.size)
+    return h5py.File(out, "r")
+
+
+def _open(skeleton: Skeleton, elements: dict[str, bytes] | None = None
+          ) -> tuple[h5py.File, list[str]]:
+    image = build_image(skeleton)
+    return _file(image, elements or {}), image.left_out
 
 
 def test_infer_gives_h5py_types() -> None:
@@ -64,29 +88,37 @@ def test_infer_gives_h5py_types() -> None:
         infer({"a": 1})
 
 
-def test_external_storage_reads_the_npy(tmp_path: Path) -> None:
+def test_stored_elements_are_inside_the_file() -> None:
+    """A dataset's elements are a place of the file that the library allocated
+    and never wrote: the image has no bytes for it (whatever its size), and
+    elements served there read back as the dataset, with no external file."""
     array = np.arange(60, dtype=">f8").reshape(3, 20)
-    npy = tmp_path / "d.npy"
-    np.save(npy, array)
-    offset = npy.stat().st_size - array.nbytes
-    scalar = tmp_path / "s.npy"
-    np.save(scalar, np.array(7, dtype="<i4"))
+    big = 1 << 30  # never written, nor held: only its place is planned
     skeleton = Skeleton([
         _root(),
         ObjPlan(id="d-1", kind=ObjectKind.DATASET, parent="g-root", name="d", path="/d",
                 hdf5=F8BE, shape=(3, 20), fill=np.array(-1.5, ">f8").tobytes(),
-                external=External(str(npy), offset, array.nbytes)),
+                stored=array.nbytes),
         ObjPlan(id="d-2", kind=ObjectKind.DATASET, parent="g-root", name="s", path="/s",
-                hdf5=I4, shape=(), external=External(str(scalar), 128, 4)),
+                hdf5=I4, shape=(), stored=4),
         ObjPlan(id="d-3", kind=ObjectKind.DATASET, parent="g-root", name="null", path="/null",
                 hdf5=I4, shape=None),
+        ObjPlan(id="d-4", kind=ObjectKind.DATASET, parent="g-root", name="big", path="/big",
+                hdf5=I4, shape=(big // 4,), stored=big),
     ])
-    f, left_out = _open(skeleton)
-    assert left_out == []
+    image = build_image(skeleton)
+    assert image.left_out == []
+    assert [part for part in image.parts if isinstance(part, str)] == ["d-1", "d-2", "d-4"]
+    assert image.size > big > 100 * image.written
+    elements = {"d-1": array.tobytes(), "d-2": np.array(7, "<i4").tobytes(),
+                "d-4": np.arange(3, dtype="<i4").tobytes()}
+    f = _file(image, elements)
     assert f["d"].dtype == np.dtype(">f8") and f["d"].fillvalue == -1.5
     np.testing.assert_array_equal(f["d"][1:3, 5:9], array[1:3, 5:9])
     assert f["s"][()] == 7
     assert f["null"].shape is None
+    assert f["big"][:4].tolist() == [0, 1, 2, 0] and f["big"][-1] == 0
+    assert not any(f[name].external for name in ("d", "s", "big"))
 
 
 def test_types_attributes_and_fill_values_as_stored() -> None:
@@ -165,21 +197,19 @@ def test_embedded_data_references_and_links() -> None:
     assert (ext.filename, ext.path) == ("/mnt/other.h5.h5", "/x")
 
 
-def test_dimension_scales_are_attached_again(tmp_path: Path) -> None:
-    npy = tmp_path / "x.npy"
-    np.save(npy, np.arange(4, dtype="<i4"))
+def test_dimension_scales_are_attached_again() -> None:
     scale_attrs = [AttrPlan("CLASS", "DIMENSION_SCALE"), AttrPlan("NAME", "x"),
                    AttrPlan("REFERENCE_LIST", "stale, rewritten by the library")]
-    ext = External(str(npy), 128, 16)
     skeleton = Skeleton([
         _root(),
         ObjPlan(id="d-x", kind=ObjectKind.DATASET, parent="g-root", name="x", path="/x",
-                hdf5=I4, shape=(4,), external=ext, attrs=scale_attrs),
+                hdf5=I4, shape=(4,), stored=16, attrs=scale_attrs),
         ObjPlan(id="d-t", kind=ObjectKind.DATASET, parent="g-root", name="t", path="/t",
-                hdf5=I4, shape=(4,), external=ext,
+                hdf5=I4, shape=(4,), stored=16,
                 attrs=[AttrPlan("DIMENSION_LIST", [[PlanRef("d-x")]])]),
     ])
-    f, left_out = _open(skeleton)
+    elements = np.arange(4, dtype="<i4").tobytes()
+    f, left_out = _open(skeleton, {"d-x": elements, "d-t": elements})
     assert left_out == []
     assert f["x"].is_scale
     assert [s.name for s in f["t"].dims[0].values()] == ["/x"]
@@ -205,27 +235,61 @@ def test_what_cannot_be_written_is_left_out_whole() -> None:
     assert [str(v) for v in f.attrs[LEFT_OUT_ATTR]] == left_out
 
 
-def test_extendible_datasets_keep_maxshape(tmp_path: Path) -> None:
-    """HDF5 extends external storage along the first dimension only: that
-    maxshape is kept, another is noted; embedded and empty datasets are chunked."""
-    npy = tmp_path / "d.npy"
-    np.save(npy, np.arange(6, dtype="<i4").reshape(2, 3))
-    ext = External(str(npy), 128, 24)
-
+def test_extendible_datasets_keep_maxshape() -> None:
+    """An extendible dataset keeps its maxshape along every dimension: its
+    elements are one chunk of its shape; embedded and empty ones are chunked
+    alike. Only a dataset whose one chunk would pass 4 GiB is noted."""
     def dataset(name: str, **kw: Any) -> ObjPlan:
         return ObjPlan(id=f"d-{name}", kind=ObjectKind.DATASET, parent="g-root", name=name,
                        path=f"/{name}", hdf5=kw.pop("hdf5", I4), **kw)
 
+    huge = 1 << 32
     skeleton = Skeleton([
         _root(),
-        dataset("rows", shape=(2, 3), maxshape=(None, 3), external=ext),
-        dataset("cols", shape=(2, 3), maxshape=(2, None), external=ext),
+        dataset("rows", shape=(2, 3), maxshape=(None, 3), stored=24),
+        dataset("cols", shape=(2, 3), maxshape=(2, None), stored=24),
+        dataset("huge", shape=(huge // 4,), maxshape=(None,), stored=huge),
         dataset("empty", shape=(0, 3), maxshape=(None, None)),
         dataset("text", hdf5=VSTR, shape=(2,), maxshape=(10,), data=["a", "b"]),
     ])
-    f, left_out = _open(skeleton)
+    elements = np.arange(6, dtype="<i4").tobytes()
+    image = build_image(skeleton)
+    f = _file(image, {"d-rows": elements, "d-cols": elements})
     assert f["rows"].maxshape == (None, 3) and f["rows"][1].tolist() == [3, 4, 5]
-    assert f["cols"].maxshape == (2, 3) and f["cols"][()].sum() == 15
+    assert f["rows"].chunks == (2, 3)
+    assert f["cols"].maxshape == (2, None) and f["cols"][()].sum() == 15
+    assert f["huge"].maxshape == f["huge"].shape and f["huge"][-1] == 0
     assert f["empty"].maxshape == (None, None) and f["empty"].shape == (0, 3)
     assert f["text"].maxshape == (10,) and f["text"].asstr()[()].tolist() == ["a", "b"]
-    assert [line.split(" (")[0] for line in left_out] == ["/cols: maxshape [2, None] not kept"]
+    assert [line.split(" (")[0] for line in image.left_out] == [
+        "/huge: maxshape [None] not kept"]
+
+
+def test_no_page_holds_both_elements_and_metadata() -> None:
+    """A page cache reads whole pages: a page that held metadata and a
+    dataset's elements would make the metadata unreadable whenever those
+    elements cannot be read. Elements of small datasets may share pages only
+    with each other; the space padding them apart costs the image nothing."""
+    objects = [_root(AttrPlan("note", ["text"] * 50, VSTR, (50,)))]
+    for i in range(300):
+        size = [4, 600, 2048, 5000, 70_000][i % 5]
+        objects.append(ObjPlan(id=f"d-{i}", kind=ObjectKind.DATASET, parent="g-root",
+                               name=f"d{i}", path=f"/d{i}", hdf5=I4, shape=(size // 4,),
+                               stored=size, attrs=[AttrPlan("i", i)]))
+    image = build_image(Skeleton(objects))
+    assert image.left_out == []
+    page = PAGE
+    kinds: dict[int, set[str]] = {}
+    for index, (start, part) in enumerate(zip(image.starts, image.parts, strict=True)):
+        if isinstance(part, int):
+            continue
+        kind = "elements" if isinstance(part, str) else "written"
+        for number in range(start // page, (image.part_end(index) - 1) // page + 1):
+            kinds.setdefault(number, set()).add(kind)
+    assert {"elements", "written"} not in [k for k in kinds.values()]
+    assert sum(k == {"elements"} for k in kinds.values()) > 300
+    stored = sum(plan.stored or 0 for plan in objects)
+    assert image.written < 0.2 * stored
+    f = _file(image, {f"d-{i}": np.full(([4, 600, 2048, 5000, 70_000][i % 5]) // 4, i,
+                                        "<i4").tobytes() for i in range(300)})
+    assert all(f[f"d{i}"][-1] == i and f[f"d{i}"].attrs["i"] == i for i in range(300))

@@ -16,7 +16,7 @@ stores, whose rules are in ``_linked``.
 from layouts.hdf5._filters import check_for_hdf5, filter_classes, pipeline, stored_limit
 from layouts.hdf5._image import (
     AttrPlan,
-    External,
+    FileImage,
     LinkPlan,
     ObjPlan,
     PlanRef,
@@ -53,7 +53,7 @@ __all__ = [
     "ChunkMap",
     "ChunkedRefStore",
     "ContiguousRefStore",
-    "External",
+    "FileImage",
     "HType",
     "LinkPlan",
     "LinkedFiles",

@@ -2,9 +2,11 @@
 
 Owns the plan of a skeleton (``Skeleton``: the objects in creation order,
 the links that are not the first path to an object, and what was left out)
-and ``build_image``, which writes it with h5py into an in-memory HDF5 file
-and returns the file's bytes. The plan is made by the tree
-(``mountd.tree.h5view``); this module knows HDF5 and nothing of the mount.
+and ``build_image``, which writes it with h5py into a scratch file and
+returns the file as a ``FileImage``: the bytes HDF5 wrote, and the places
+of the datasets' elements, which it allocated but never wrote. The plan is
+made by the tree (``mountd.tree.h5view``), which serves those places from
+the datasets themselves; this module knows HDF5 and nothing of the mount.
 
 What a skeleton holds:
 
@@ -12,8 +14,10 @@ What a skeleton holds:
   first path it was reached by, with its attributes (HDF5 types as stored,
   or inferred from the value when the format keeps none);
 * hard links (cycles too), soft links and external links as links;
-* a fixed-size dataset as contiguous external storage: one file (the
-  dataset's ``.npy`` on the mount), at an offset past the NPY header;
+* a fixed-size dataset with its elements inside the file (``stored``):
+  contiguous storage, or one chunk of its whole shape when it is extendible
+  (so its ``maxshape`` is kept), allocated when it is made and never
+  written; the file names no other file for its data;
 * a dataset of variable-length strings or sequences, or of object
   references, embedded with its data;
 * object references pointing at the skeleton's own objects, and dimension
@@ -23,8 +27,8 @@ What a skeleton holds:
 * ``LEFT_OUT_ATTR`` on the root group when anything could not be shown:
   one ``"PATH: reason"`` string per object or attribute.
 
-The file is written with ``libver="earliest"`` so that HDF5 1.8 and later
-open it.
+The file is written with ``libver="earliest"`` and paged file space
+(``_write``), so HDF5 1.10.1 and later open it.
 
 Concurrency: ``build_image`` is synchronous and blocks on h5py; the tree
 runs it in a worker thread, one at a time (h5py serialises its calls behind
@@ -34,7 +38,8 @@ one lock anyway). Plans are built once and only read here.
 from __future__ import annotations
 
 import math
-import uuid
+import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,23 +89,16 @@ class AttrPlan:
     shape: tuple[int, ...] | None = ()
 
 
-@dataclass(frozen=True, slots=True)
-class External:
-    """Where a dataset's elements are: ``size`` bytes at ``offset`` of ``file``."""
-
-    file: str
-    offset: int
-    size: int
-
-
 @dataclass(slots=True)
 class ObjPlan:
     """One object, created as ``name`` in group ``parent`` (None: the root group).
 
     Datasets and datatypes have ``hdf5`` (type JSON). A dataset has ``shape``
     (None: ``H5S_NULL``), ``fill`` (one element's bytes, or None for the
-    library's default) and either ``external`` storage or ``data`` to embed
-    (its elements in C order, as model values; neither: no elements to store).
+    library's default) and either ``stored``, the bytes of its elements the
+    file keeps (their C-order raw bytes, which the file's server provides),
+    or ``data`` to embed (its elements in C order, as model values; neither:
+    no elements to store).
     """
 
     id: str
@@ -114,7 +112,7 @@ class ObjPlan:
     #: Largest shape, None for an unlimited dimension (None: the shape).
     maxshape: tuple[int | None, ...] | None = None
     fill: bytes | None = None
-    external: External | None = None
+    stored: int | None = None
     data: list[Any] | None = None
 
 
@@ -128,6 +126,35 @@ class LinkPlan:
     kind: LinkKind
     target: str
     file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FileImage:
+    """An HDF5 file as ``build_image`` wrote it: ``size`` bytes in ``parts``
+    that follow each other from offset 0 (part ``i`` begins at ``starts[i]``).
+    A part is the bytes HDF5 wrote there, the id of a dataset whose ``stored``
+    elements fill it (never written: the file's server reads them from the
+    dataset), or the length of a run of zeros (space nothing was written to).
+    ``left_out`` says what the file does not hold.
+
+    No page (``PAGE`` bytes) holds both a dataset's elements and metadata: a
+    reader of the file through a page cache, which reads whole pages, never
+    needs a dataset's elements (which may fail to read) to read metadata.
+    Elements of datasets smaller than a page may share pages with each other."""
+
+    size: int
+    starts: list[int]
+    parts: list[bytes | str | int]
+    left_out: list[str]
+
+    @property
+    def written(self) -> int:
+        """Bytes of the parts HDF5 wrote (what keeping the image costs)."""
+        return sum(len(part) for part in self.parts if isinstance(part, bytes))
+
+    def part_end(self, index: int) -> int:
+        """Where part ``index`` ends."""
+        return self.starts[index + 1] if index + 1 < len(self.starts) else self.size
 
 
 @dataclass(slots=True)
@@ -335,6 +362,8 @@ class _Writer:
         #: and opened again by path when attributes, links or scales need them.
         self.ids: dict[str, Any] = {}
         self.datasets: set[str] = set()
+        #: Where the ``stored`` elements of each dataset made are: (offset, bytes, id).
+        self.regions: list[tuple[int, int, str]] = []
         self.left_out = list(skeleton.left_out)
         self.types: dict[bytes, h5t.TypeID] = {}
         self.paths = {plan.id: plan.path for plan in skeleton.objects}
@@ -453,43 +482,50 @@ class _Writer:
         dcpl = h5p.create(h5p.DATASET_CREATE)
         dcpl.set_obj_track_times(False)  # halves the cost of a dataset; no time is real
         space = self.space(plan, dcpl)
+        dsid = None
         if plan.fill is not None and any(plan.fill):  # HDF5's default fill is zeros
             filled = dcpl.copy()
             try:
                 filled.set_fill_value(_fill_array(_parse(plan.hdf5), plan.fill))
-                return h5d.create(parent, name, tid, space, dcpl=filled, lcpl=lcpl)
+                dsid = h5d.create(parent, name, tid, space, dcpl=filled, lcpl=lcpl)
             except (ValueError, TypeError, RuntimeError, FormatError) as exc:
                 self.left_out.append(f"{plan.path}: fill value not kept ({exc})")
-        return h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
+        if dsid is None:
+            dsid = h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
+        if plan.stored is not None:
+            try:
+                self.regions.append((_place(dsid, plan.stored), plan.stored, plan.id))
+            except Unsupported:
+                parent.unlink(name)
+                raise
+        return dsid
 
     def space(self, plan: ObjPlan, dcpl: Any) -> Any:
         """The dataspace of a dataset, and its storage in ``dcpl``.
 
-        An extendible dataset keeps its ``maxshape``: with external storage
-        HDF5 allows that for the first dimension alone (the external file
-        then has no set size); embedded and empty ones are chunked, in one
-        chunk. Any other ``maxshape`` is noted as not kept.
+        A dataset whose elements the file keeps (``stored``) has its storage
+        allocated when it is made and never written. It is contiguous unless
+        extendible; an extendible dataset, embedded and empty ones too, is
+        chunked in one chunk of its shape, so its ``maxshape`` is kept along
+        every dimension. A chunk must stay under 4 GiB: a larger extendible
+        dataset stays contiguous, and its ``maxshape`` is noted as not kept.
         """
-        ext = plan.external
         if plan.shape is None:
             return h5s.create(h5s.NULL)
+        if plan.stored is not None:
+            dcpl.set_alloc_time(h5d.ALLOC_TIME_EARLY)
+            dcpl.set_fill_time(h5d.FILL_TIME_NEVER)
         if plan.shape == ():
-            if ext is not None:
-                dcpl.set_external(_bytes(ext.file), ext.offset, ext.size)
             return h5s.create(h5s.SCALAR)
         shape, maxshape = plan.shape, plan.maxshape or plan.shape
-        maxdims = tuple(h5s.UNLIMITED if m is None else m for m in maxshape)
-        if ext is None:
-            if maxshape != shape:
-                dcpl.set_chunk(tuple(max(1, n) for n in shape))
-            return h5s.create_simple(shape, maxdims)
-        if maxshape != shape and maxshape[1:] == shape[1:]:
-            dcpl.set_external(_bytes(ext.file), ext.offset, h5f.UNLIMITED)
-            return h5s.create_simple(shape, maxdims)
-        if maxshape != shape:
-            self.left_out.append(f"{plan.path}: maxshape {list(maxshape)} not kept (HDF5 "
-                                 "extends external storage along the first dimension only)")
-        dcpl.set_external(_bytes(ext.file), ext.offset, ext.size)
+        if maxshape == shape:
+            return h5s.create_simple(shape)
+        if (plan.stored or 0) < MAX_CHUNK_BYTES:
+            dcpl.set_chunk(tuple(max(1, n) for n in shape))
+            return h5s.create_simple(shape, tuple(h5s.UNLIMITED if m is None else m
+                                                  for m in maxshape))
+        self.left_out.append(f"{plan.path}: maxshape {list(maxshape)} not kept (its one "
+                             f"chunk of {plan.stored} bytes would pass HDF5's 4 GiB)")
         return h5s.create_simple(shape)
 
     def embedded(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
@@ -505,7 +541,7 @@ class _Writer:
             else:
                 h5py.Dataset(dsid)[...] = arr
         except BaseException:
-            parent.links.delete(name)
+            parent.unlink(name)
             raise
         return dsid
 
@@ -608,6 +644,30 @@ class _Writer:
                                             lcpl=lcpl)
 
 
+def _place(dsid: Any, stored: int) -> int:
+    """Where the library put the ``stored`` bytes of elements of a dataset just
+    made (contiguous, or in its one chunk)."""
+    if dsid.get_create_plist().get_layout() == h5d.CHUNKED:
+        offset = dsid.get_chunk_info(0).byte_offset
+    else:
+        offset = dsid.get_offset()
+    allocated = dsid.get_storage_size()
+    if offset is None or allocated != stored:
+        raise Unsupported(f"HDF5 allocated {allocated} bytes for {stored} bytes of elements")
+    return int(offset)
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes of ``fd`` at ``offset`` (a short read is read on)."""
+    out = bytearray()
+    while len(out) < size:
+        got = os.pread(fd, size - len(out), offset + len(out))
+        if not got:
+            raise Unsupported(f"the scratch file ended at {offset + len(out)}")
+        out += got
+    return bytes(out)
+
+
 def _bytes(text: str) -> bytes:
     """A name or path for HDF5: UTF-8, undecodable bytes as they came."""
     return text.encode("utf-8", "surrogateescape")
@@ -647,6 +707,10 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+#: Bytes one HDF5 chunk must stay under.
+MAX_CHUNK_BYTES = (1 << 32) - 1
+#: The page a reader's page cache reads whole, and the file's space pages.
+PAGE = 4096
 _FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyError)
 
 
@@ -657,14 +721,36 @@ def _refers(tj: Any) -> bool:
         return False
 
 
-def build_image(skeleton: Skeleton) -> tuple[bytes, list[str]]:
-    """The HDF5 file of ``skeleton`` as bytes, and what it leaves out
-    (``skeleton.left_out`` and what could not be written)."""
+def build_image(skeleton: Skeleton, scratch: str | None = None) -> FileImage:
+    """The HDF5 file of ``skeleton`` (``FileImage``), with what it leaves out
+    (``skeleton.left_out`` and what could not be written).
+
+    The file is written in a directory of its own under ``scratch`` (the
+    system's temporary directory if None) and removed once read back: the
+    places of the datasets' elements are allocated but never written, so it
+    takes the disk only its written bytes.
+    """
+    with tempfile.TemporaryDirectory(prefix="h5mount-view-", dir=scratch) as where:
+        path = os.path.join(where, "view.h5")
+        regions, left_out = _write(skeleton, path)
+        return _read_back(path, regions, left_out)
+
+
+def _write(skeleton: Skeleton, path: str) -> tuple[list[tuple[int, int, str]], list[str]]:
+    """Write ``skeleton`` as the HDF5 file ``path``; the places of the stored
+    elements, and what is left out.
+
+    The file's space is managed in pages (HDF5's paged aggregation, which
+    HDF5 1.10.1 and later read): small metadata and small raw data are
+    gathered in pages of their own, and larger objects start on a page. So
+    a page holds metadata or raw data, never both.
+    """
     fapl = h5p.create(h5p.FILE_ACCESS)
-    fapl.set_fapl_core(block_size=1 << 20, backing_store=False)
     fapl.set_libver_bounds(h5f.LIBVER_EARLIEST, h5f.LIBVER_LATEST)
-    name = f"h5mount-{uuid.uuid4().hex}.h5".encode()
-    fid = h5f.create(name, h5f.ACC_TRUNC, fapl=fapl)
+    fcpl = h5p.create(h5p.FILE_CREATE)
+    fcpl.set_file_space_strategy(h5f.FSPACE_STRATEGY_PAGE, False, 1)
+    fcpl.set_file_space_page_size(PAGE)
+    fid = h5f.create(os.fsencode(path), h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
     with h5py.File(fid) as f:
         writer = _Writer(skeleton, f)
         # Embedded elements that are references are written last, when every
@@ -685,6 +771,48 @@ def build_image(skeleton: Skeleton) -> tuple[bytes, list[str]]:
         writer.scales(made)
         if writer.left_out:
             f.attrs.create(LEFT_OUT_ATTR, writer.left_out, dtype=h5py.string_dtype())
-        f.flush()
-        return bytes(f.id.get_file_image()), writer.left_out
+    return writer.regions, writer.left_out
+
+
+def _read_back(path: str, regions: list[tuple[int, int, str]], left_out: list[str]
+               ) -> FileImage:
+    """The file at ``path`` as parts: what HDF5 wrote between the ``regions``,
+    with the holes of the file (never written) as runs of zeros."""
+    starts: list[int] = []
+    parts: list[bytes | str | int] = []
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        pos = 0
+        for offset, length, obj_id in sorted(regions):
+            if offset < pos or offset + length > size:
+                raise Unsupported(f"HDF5 placed the elements of {obj_id} at {offset}, "
+                                  f"over other parts of the file")
+            _gap(fd, pos, offset, starts, parts)
+            starts.append(offset)
+            parts.append(obj_id)
+            pos = offset + length
+        _gap(fd, pos, size, starts, parts)
+    return FileImage(size, starts, parts, left_out)
+
+
+def _gap(fd: int, start: int, end: int, starts: list[int],
+         parts: list[bytes | str | int]) -> None:
+    """Add the bytes of ``fd`` from ``start`` to ``end`` as parts: data as
+    bytes, holes as their length."""
+    pos = start
+    while pos < end:
+        try:
+            data = min(os.lseek(fd, pos, os.SEEK_DATA), end)
+        except OSError:  # ENXIO: no data past pos
+            data = end
+        if data > pos:
+            starts.append(pos)
+            parts.append(data - pos)
+            pos = data
+        if pos < end:
+            stop = min(os.lseek(fd, pos, os.SEEK_HOLE), end)
+            starts.append(pos)
+            parts.append(_pread(fd, stop - pos, pos))
+            pos = stop
 

@@ -23,7 +23,7 @@ from layouts.views._api import (
     ViewFile,
 )
 from layouts.views._arrays import decode_chunk, read_array
-from layouts.views._npy import npy_header
+from layouts.views._npy import NpyView, npy_header
 from layouts.views._registry import VIEWS
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "VIEWS",
     "FileView",
     "Lease",
+    "NpyView",
     "Readahead",
     "Reader",
     "View",

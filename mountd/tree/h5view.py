@@ -11,29 +11,34 @@ call is given the tree to check the images against and plan them from.
 The plan walks the domain from its root group, breadth first, the way the
 tree shows it: each object is created at the first path that reaches it,
 and every other link to it becomes a hard link. A dataset of fixed-size type
-without references keeps its elements in external storage: its ``P.npy`` on
-this mount, by absolute path, past the NPY header, so HDF5 reads come back
-through the mount and its chunk cache. Variable-length and reference
-datasets are read and embedded while the embedded bytes stay under
-``-o h5view_inline``; over it, or when the ``.npy`` name is taken by a real
-link, a dataset is left out and named in the root attribute
+without references keeps its elements inside the file: the library
+allocates their place and never writes it, the image keeps only the bytes
+HDF5 wrote (``FileImage``), and a read of such a place is served from the
+dataset, as its ``P.npy`` reads it past the NPY header (through the chunk
+cache, with its readahead; ``H5ViewHandle``). So the file names no other
+file: a copy of it, or the mount seen at another path (a bind mount, a
+container), reads the same. Variable-length and reference datasets are read
+and embedded while the embedded bytes stay under ``-o h5view_inline``; over
+it, a dataset is left out and named in the root attribute
 ``layouts.hdf5._image.LEFT_OUT_ATTR``. A file holds at most
 ``-o h5view_objects`` objects (the first found), which bounds the memory a
 build takes. External links to domains of this mount lead to those
 domains' ``D.h5`` views; others are left out, so no path a bucket controls
 leads an HDF5 tool to the host's files.
 
-Size: ``st_size`` is the image's length, so the first ``stat`` or ``open``
-builds the image (docs/CONTRACT.md, "File attributes"); a listing gives the kept
-size, or a stand-in the kernel does not keep.
+Size: ``st_size`` is the file's length, elements included, so the first
+``stat`` or ``open`` builds the image (docs/CONTRACT.md, "File attributes");
+a listing gives the kept size, or a stand-in the kernel does not keep.
 
 Concurrency: one build per domain at a time (others wait for its event and
 read the kept image) and one worker thread for all builds; the LRU changes
-only in synchronous calls.
+only in synchronous calls. A handle opens a dataset's reader once, at the
+first read of its elements, and closes them all when it is released.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import os
@@ -48,7 +53,7 @@ import trio
 
 from layouts.hdf5 import (
     AttrPlan,
-    External,
+    FileImage,
     LinkPlan,
     ObjPlan,
     PlanRef,
@@ -67,9 +72,9 @@ from layouts.model import (
     LinkKind,
     ObjectRef,
 )
-from layouts.views import npy_header, read_array
-from mountd.errors import MountError, NotFound
-from mountd.tree.nodes import BytesHandle, FileHandle, FileNode, NodeType, Stat
+from layouts.views import NpyView, Reader, npy_header, read_array
+from mountd.errors import MountError, NotFound, StorageError
+from mountd.tree.nodes import FileHandle, FileNode, NodeType, Stat
 from mountd.tree.paths import InDomain, ObjPath, root_path
 from mountd.tree.viewctx import ObjectContext
 
@@ -94,19 +99,23 @@ IMAGE_BUDGET = 256 << 20
 _OBJECT_BYTES = 1024
 #: Bytes one embedded reference, or the bookkeeping of one embedded element, counts.
 _ELEMENT_BYTES = 8
+#: The view whose reads serve a dataset's elements inside the file.
+_NPY = NpyView()
 
 
 @dataclass(frozen=True, slots=True)
 class _Image:
-    data: bytes
+    file: FileImage
     #: The objects the image was planned from, as (id, object).
     seen: list[tuple[str, AnyObject]]
+    #: Where each dataset whose elements the file keeps was read from, by id.
+    sources: dict[str, ObjPath]
 
     @property
     def cost(self) -> int:
-        """Bytes charged to ``IMAGE_BUDGET``: the image, and the objects it
-        keeps alive past the metadata cache's own budget."""
-        return len(self.data) + _OBJECT_BYTES * len(self.seen)
+        """Bytes charged to ``IMAGE_BUDGET``: the bytes HDF5 wrote, and the
+        objects the image keeps alive past the metadata cache's own budget."""
+        return self.file.written + _OBJECT_BYTES * len(self.seen)
 
 
 class H5Views:
@@ -130,22 +139,22 @@ class H5Views:
         return cls(os.path.abspath(config.mountpoint), config.h5view_inline,
                    config.h5view_objects)
 
-    def kept(self, tree: Tree, domain: Domain) -> bytes | None:
+    def kept(self, tree: Tree, domain: Domain) -> _Image | None:
         """The image of ``domain`` if everything it came from is current in ``tree``."""
         image = self._images.get(domain.path)
         if image is None or not tree.all_fresh(domain, image.seen):
             return None
         self._images.move_to_end(domain.path)
-        return image.data
+        return image
 
-    async def image(self, tree: Tree, domain: Domain) -> bytes:
+    async def image(self, tree: Tree, domain: Domain) -> _Image:
         """The image of ``domain``: kept, or planned from ``tree`` now and kept."""
         key = domain.path
         while (pending := self._building.get(key)) is not None:
             await pending.wait()
-        data = self.kept(tree, domain)
-        if data is not None:
-            return data
+        kept = self.kept(tree, domain)
+        if kept is not None:
+            return kept
         done = self._building[key] = trio.Event()
         try:
             started = time.monotonic()
@@ -153,18 +162,19 @@ class H5Views:
             skeleton = await planner.plan()
             planned = time.monotonic()
             async with self._thread:
-                data, left_out = await trio.to_thread.run_sync(build_image, skeleton)
-            log.info("built the HDF5 view of %s: %d objects, %d bytes, %d left out; "
-                     "%.2f s reading metadata, %.2f s writing", domain.path or "/",
-                     len(skeleton.objects), len(data), len(left_out), planned - started,
-                     time.monotonic() - planned)
-            for line in left_out:
+                file = await trio.to_thread.run_sync(build_image, skeleton)
+            log.info("built the HDF5 view of %s: %d objects, %d bytes (%d written), %d left "
+                     "out; %.2f s reading metadata, %.2f s writing", domain.path or "/",
+                     len(skeleton.objects), file.size, file.written, len(file.left_out),
+                     planned - started, time.monotonic() - planned)
+            for line in file.left_out:
                 log.info("HDF5 view of %s leaves out %s", domain.path or "/", line)
-            self._keep(key, _Image(data, planner.seen))
+            image = _Image(file, planner.seen, planner.sources)
+            self._keep(key, image)
         finally:
             del self._building[key]
             done.set()
-        return data
+        return image
 
     def _keep(self, key: Hashable, image: _Image) -> None:
         old = self._images.pop(key, None)
@@ -198,6 +208,8 @@ class _Planner:
         self._dropped: set[str] = set()
         #: Links to objects not planned because the file holds ``most_objects``.
         self._past_limit = 0
+        #: Where each dataset whose elements the file keeps is, by id.
+        self.sources: dict[str, ObjPath] = {}
 
     async def plan(self) -> Skeleton:
         root = root_path(self.domain)
@@ -261,7 +273,7 @@ class _Planner:
         if isinstance(obj, Datatype):
             plan.hdf5 = obj.type.hdf5
         elif isinstance(obj, Dataset):
-            await self._dataset(child, obj, plan, group)
+            await self._dataset(child, obj, plan)
         elif isinstance(obj, Group):
             return child, obj
         return None
@@ -280,18 +292,17 @@ class _Planner:
         self.skeleton.links.append(LinkPlan(op.id, name, LinkKind.EXTERNAL, link.target,
                                             self.views.path_of(location)))
 
-    async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan, parent: Group) -> None:
+    async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan) -> None:
         tj = ds.type.hdf5
         plan.hdf5, plan.shape, plan.maxshape = tj, ds.shape, ds.maxshape
-        raw = external_ok(tj)  # its chunk files' bytes are HDF5's
+        raw = external_ok(tj)  # its chunk files' bytes (and its .npy's) are HDF5's
         if ds.fill_value is not None and raw:
             plan.fill = ds.fill_bytes()
         if ds.shape is None or math.prod(ds.shape) == 0:
             return
-        if raw and op.names[-1] + ".npy" not in parent.links:
-            location = self.tree.places.file_location(op, ".npy")
-            plan.external = External(self.views.path_of(location), len(npy_header(ds)),
-                                     math.prod(ds.shape) * ds.type.itemsize)
+        if raw:
+            plan.stored = math.prod(ds.shape) * ds.type.itemsize
+            self.sources[ds.id] = op
             return
         await self._embed(op, ds, plan)
 
@@ -309,7 +320,7 @@ class _Planner:
         if t.cls == "ref":
             elements: list[Any] = ([ds.stored_ref(v) for v in values] if ds.stored_ref
                                    else [None] * count)
-        elif ds.type.fixed_size:  # its .npy name is a real link's: plain values
+        elif ds.type.fixed_size:  # e.g. a compound holding references: plain values
             elements = values.tolist()
         else:
             elements = list(values)
@@ -383,23 +394,88 @@ class H5ViewFile(InDomain, FileNode):
 
     async def stat(self) -> Stat:
         domain = await self._domain()
-        return self._stat(domain, len(await self.views.image(self.tree, domain)))
+        return self._stat(domain, (await self.views.image(self.tree, domain)).file.size)
 
     async def listed(self) -> Stat:
         domain = await self._domain()
         kept = self.views.kept(self.tree, domain)
         if kept is None:
             return self._stat(domain, 0, exact=False)
-        return self._stat(domain, len(kept))
+        return self._stat(domain, kept.file.size)
 
     async def open(self) -> FileHandle:
         """A file built only now is read past the page cache: the kernel may
         hold a stand-in size from a listing."""
         domain = await self._domain()
         kept = self.views.kept(self.tree, domain)
-        data = kept if kept is not None else await self.views.image(self.tree, domain)
+        image = kept if kept is not None else await self.views.image(self.tree, domain)
+        return H5ViewHandle(self.tree, image, direct_io=kept is None,
+                            keep_cache=self.tree.keep_pages(self.key))
 
-        async def load() -> bytes:
-            return data
 
-        return BytesHandle(load, direct_io=kept is None, keep_cache=self.tree.keep_pages(self.key))
+class H5ViewHandle(FileHandle):
+    """An open ``D.h5``: the bytes HDF5 wrote, from the image, and in the
+    places of the datasets' elements the elements themselves, read from each
+    dataset as its ``P.npy`` reads them past the NPY header."""
+
+    def __init__(self, tree: Tree, image: _Image, *, direct_io: bool,
+                 keep_cache: bool) -> None:
+        self.tree = tree
+        self.image = image
+        self.direct_io = direct_io
+        self.keep_cache = keep_cache
+        #: The reader of each dataset read so far, with its NPY header's length.
+        self._readers: dict[str, tuple[Reader, int]] = {}
+
+    async def read(self, offset: int, size: int) -> bytes | memoryview:
+        file = self.image.file
+        end = min(offset + size, file.size)
+        index = bisect.bisect_right(file.starts, offset) - 1
+        pieces: list[bytes | memoryview] = []
+        pos = offset
+        while pos < end:
+            start, part_end = file.starts[index], file.part_end(index)
+            stop = min(end, part_end)
+            part = file.parts[index]
+            if isinstance(part, bytes):
+                piece: bytes | memoryview = memoryview(part)[pos - start:stop - start]
+            elif isinstance(part, int):
+                piece = bytes(stop - pos)
+            else:
+                piece = await self._elements(part, part_end - start, pos - start, stop - pos)
+            # A reader's buffer is valid until its next await: keep a copy.
+            pieces.append(piece if stop == end and not pieces else bytes(piece))
+            pos = stop
+            index += 1
+        if len(pieces) == 1:
+            return pieces[0]
+        return b"".join(pieces)
+
+    async def _elements(self, obj_id: str, length: int, at: int,
+                        size: int) -> bytes | memoryview:
+        """``size`` bytes at ``at`` of the ``length`` bytes of elements of
+        dataset ``obj_id``."""
+        opened = self._readers.get(obj_id)
+        if opened is None:
+            op = self.image.sources[obj_id]
+            ds = await self.tree.dataset(op)
+            if not (ds.type.fixed_size and ds.shape is not None
+                    and math.prod(ds.shape) * ds.type.itemsize == length):
+                raise StorageError(op.h5path, "changed since its HDF5 file view was built")
+            reader = await _NPY.open(ObjectContext(self.tree, op, ds))
+            if obj_id in self._readers:  # another read opened it meanwhile
+                reader.close()
+            else:
+                self._readers[obj_id] = (reader, len(npy_header(ds)))
+            opened = self._readers[obj_id]
+        reader, header = opened
+        data = await reader.read(header + at, size)
+        if len(data) != size:
+            raise StorageError(self.image.sources[obj_id].h5path,
+                               f"gave {len(data)} of {size} bytes at {at}")
+        return data
+
+    def close(self) -> None:
+        for reader, _ in self._readers.values():
+            reader.close()
+        self._readers.clear()
