@@ -11,6 +11,7 @@ in the root attribute, never written half.
 
 from __future__ import annotations
 
+import io
 import tempfile
 from typing import Any
 
@@ -22,6 +23,7 @@ from layouts.hdf5._image import (
     LEFT_OUT_ATTR,
     PAGE,
     AttrPlan,
+    ChunkPart,
     FileImage,
     LinkPlan,
     ObjPlan,
@@ -293,3 +295,46 @@ def test_no_page_holds_both_elements_and_metadata() -> None:
     f = _file(image, {f"d-{i}": np.full(([4, 600, 2048, 5000, 70_000][i % 5]) // 4, i,
                                         "<i4").tobytes() for i in range(300)})
     assert all(f[f"d{i}"][-1] == i and f[f"d{i}"].attrs["i"] == i for i in range(300))
+
+
+def test_stored_chunks_are_places_of_their_own() -> None:
+    """A dataset keeps its chunk shape: each chunk is a place of the file that
+    the mount fills with the decoded chunk (a whole chunk, edges padded), and
+    h5py reads the elements back from them. A chunk shape HDF5 refuses (past
+    a fixed dimension) leaves the dataset contiguous."""
+    array = np.arange(35, dtype="<i4").reshape(5, 7)
+
+    def chunk(i: int, j: int) -> bytes:
+        padded = np.full((2, 3), -1, "<i4")
+        block = array[2 * i:2 * i + 2, 3 * j:3 * j + 3]
+        padded[:block.shape[0], :block.shape[1]] = block
+        return padded.tobytes()
+
+    skeleton = Skeleton([
+        _root(),
+        ObjPlan(id="d-c", kind=ObjectKind.DATASET, parent="g-root", name="c", path="/c",
+                hdf5=I4, shape=(5, 7), maxshape=(None, 7), stored=array.nbytes,
+                chunks=(2, 3)),
+        ObjPlan(id="d-w", kind=ObjectKind.DATASET, parent="g-root", name="w", path="/w",
+                hdf5=I4, shape=(5, 7), stored=array.nbytes, chunks=(8, 8)),
+    ])
+    image = build_image(skeleton)
+    chunks = [part for part in image.parts if isinstance(part, ChunkPart)]
+    assert sorted(part.index for part in chunks) == [(i, j) for i in range(3) for j in range(3)]
+    assert {part.obj_id for part in chunks} == {"d-c"} and "d-w" in image.parts
+    file = io.BytesIO()
+    for start, part in zip(image.starts, image.parts, strict=True):
+        file.seek(start)
+        if isinstance(part, ChunkPart):
+            file.write(chunk(*part.index))
+        elif isinstance(part, bytes):
+            file.write(part)
+        elif part == "d-w":
+            file.write(array.tobytes())
+    file.truncate(image.size)
+    f = h5py.File(file, "r")
+    assert f["c"].chunks == (2, 3) and f["c"].maxshape == (None, 7)
+    np.testing.assert_array_equal(f["c"][()], array)
+    np.testing.assert_array_equal(f["c"][:, 4:6], array[:, 4:6])
+    assert f["w"].chunks is None
+    np.testing.assert_array_equal(f["w"][()], array)

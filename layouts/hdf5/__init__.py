@@ -16,6 +16,7 @@ stores, whose rules are in ``_linked``.
 from layouts.hdf5._filters import check_for_hdf5, filter_classes, pipeline, stored_limit
 from layouts.hdf5._image import (
     AttrPlan,
+    ChunkPart,
     FileImage,
     LinkPlan,
     ObjPlan,
@@ -51,6 +52,7 @@ __all__ = [
     "MAX_VLEN_CHUNK_BYTES",
     "AttrPlan",
     "ChunkMap",
+    "ChunkPart",
     "ChunkedRefStore",
     "ContiguousRefStore",
     "FileImage",

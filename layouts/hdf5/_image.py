@@ -15,9 +15,11 @@ What a skeleton holds:
   or inferred from the value when the format keeps none);
 * hard links (cycles too), soft links and external links as links;
 * a fixed-size dataset with its elements inside the file (``stored``):
-  contiguous storage, or one chunk of its whole shape when it is extendible
-  (so its ``maxshape`` is kept), allocated when it is made and never
-  written; the file names no other file for its data;
+  chunked as stored (``chunks``: each chunk a place of its own, which the
+  file's server fills with the decoded chunk), else contiguous, or one chunk
+  of its whole shape when it is extendible (so its ``maxshape`` is kept);
+  allocated when it is made, never written, never filtered; the file names
+  no other file for its data;
 * a dataset of variable-length strings or sequences, or of object
   references, embedded with its data;
 * object references pointing at the skeleton's own objects, and dimension
@@ -98,7 +100,8 @@ class ObjPlan:
     library's default) and either ``stored``, the bytes of its elements the
     file keeps (their C-order raw bytes, which the file's server provides),
     or ``data`` to embed (its elements in C order, as model values; neither:
-    no elements to store).
+    no elements to store). A stored dataset with ``chunks`` keeps that chunk
+    shape where HDF5 allows it (``chunked``): its places are then whole chunks.
     """
 
     id: str
@@ -113,6 +116,7 @@ class ObjPlan:
     maxshape: tuple[int | None, ...] | None = None
     fill: bytes | None = None
     stored: int | None = None
+    chunks: tuple[int, ...] | None = None
     data: list[Any] | None = None
 
 
@@ -129,12 +133,26 @@ class LinkPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class ChunkPart:
+    """The place of chunk ``index`` (grid coordinates) of dataset ``obj_id``:
+    the chunk's decoded bytes, a whole chunk (edge chunks too)."""
+
+    obj_id: str
+    index: tuple[int, ...]
+
+
+#: What one part of a ``FileImage`` is (see there).
+Part = bytes | str | ChunkPart | int
+
+
+@dataclass(frozen=True, slots=True)
 class FileImage:
     """An HDF5 file as ``build_image`` wrote it: ``size`` bytes in ``parts``
     that follow each other from offset 0 (part ``i`` begins at ``starts[i]``).
     A part is the bytes HDF5 wrote there, the id of a dataset whose ``stored``
     elements fill it (never written: the file's server reads them from the
-    dataset), or the length of a run of zeros (space nothing was written to).
+    dataset), a ``ChunkPart`` (one whole chunk of such a dataset), or the
+    length of a run of zeros (space nothing was written to).
     ``left_out`` says what the file does not hold.
 
     No page (``PAGE`` bytes) holds both a dataset's elements and metadata: a
@@ -144,7 +162,7 @@ class FileImage:
 
     size: int
     starts: list[int]
-    parts: list[bytes | str | int]
+    parts: list[Part]
     left_out: list[str]
 
     @property
@@ -362,8 +380,9 @@ class _Writer:
         #: and opened again by path when attributes, links or scales need them.
         self.ids: dict[str, Any] = {}
         self.datasets: set[str] = set()
-        #: Where the ``stored`` elements of each dataset made are: (offset, bytes, id).
-        self.regions: list[tuple[int, int, str]] = []
+        #: Where the ``stored`` elements of each dataset made are: (offset, bytes,
+        #: id), or one per chunk (offset, bytes, ``ChunkPart``).
+        self.regions: list[tuple[int, int, str | ChunkPart]] = []
         self.left_out = list(skeleton.left_out)
         self.types: dict[bytes, h5t.TypeID] = {}
         self.paths = {plan.id: plan.path for plan in skeleton.objects}
@@ -494,7 +513,7 @@ class _Writer:
             dsid = h5d.create(parent, name, tid, space, dcpl=dcpl, lcpl=lcpl)
         if plan.stored is not None:
             try:
-                self.regions.append((_place(dsid, plan.stored), plan.stored, plan.id))
+                self.regions.extend(_places(dsid, plan))
             except Unsupported:
                 parent.unlink(name)
                 raise
@@ -518,12 +537,16 @@ class _Writer:
         if plan.shape == ():
             return h5s.create(h5s.SCALAR)
         shape, maxshape = plan.shape, plan.maxshape or plan.shape
+        maxdims = tuple(h5s.UNLIMITED if m is None else m for m in maxshape)
+        if chunked(plan):
+            assert plan.chunks is not None
+            dcpl.set_chunk(plan.chunks)
+            return h5s.create_simple(shape, maxdims)
         if maxshape == shape:
             return h5s.create_simple(shape)
         if (plan.stored or 0) < MAX_CHUNK_BYTES:
             dcpl.set_chunk(tuple(max(1, n) for n in shape))
-            return h5s.create_simple(shape, tuple(h5s.UNLIMITED if m is None else m
-                                                  for m in maxshape))
+            return h5s.create_simple(shape, maxdims)
         self.left_out.append(f"{plan.path}: maxshape {list(maxshape)} not kept (its one "
                              f"chunk of {plan.stored} bytes would pass HDF5's 4 GiB)")
         return h5s.create_simple(shape)
@@ -644,17 +667,51 @@ class _Writer:
                                             lcpl=lcpl)
 
 
-def _place(dsid: Any, stored: int) -> int:
-    """Where the library put the ``stored`` bytes of elements of a dataset just
-    made (contiguous, or in its one chunk)."""
-    if dsid.get_create_plist().get_layout() == h5d.CHUNKED:
-        offset = dsid.get_chunk_info(0).byte_offset
-    else:
-        offset = dsid.get_offset()
+def chunked(plan: ObjPlan) -> bool:
+    """True if a stored dataset keeps its chunk shape: HDF5 takes it (every
+    chunk under 4 GiB, no larger than a fixed dimension) and it has at most
+    ``MAX_CHUNKS`` chunks (each is a part of the image, kept in memory)."""
+    shape, chunks = plan.shape, plan.chunks
+    if plan.stored is None or not shape or chunks is None or len(chunks) != len(shape):
+        return False
+    maxshape = plan.maxshape or shape
+    itemsize = plan.stored // math.prod(shape) if math.prod(shape) else 0
+    count = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True)) if all(
+        c >= 1 for c in chunks) else 0
+    return (0 < count <= MAX_CHUNKS and 0 < math.prod(chunks) * itemsize < MAX_CHUNK_BYTES
+            and all(m is None or c <= m for c, m in zip(chunks, maxshape, strict=True)))
+
+
+def _places(dsid: Any, plan: ObjPlan) -> list[tuple[int, int, str | ChunkPart]]:
+    """Where the library put the stored elements of a dataset just made:
+    one place (contiguous, or its one chunk) or one per chunk."""
+    assert plan.stored is not None
     allocated = dsid.get_storage_size()
-    if offset is None or allocated != stored:
-        raise Unsupported(f"HDF5 allocated {allocated} bytes for {stored} bytes of elements")
-    return int(offset)
+    if dsid.get_create_plist().get_layout() != h5d.CHUNKED:
+        offset = dsid.get_offset()
+        if offset is None or allocated != plan.stored:
+            raise Unsupported(f"HDF5 allocated {allocated} bytes for {plan.stored} bytes "
+                              "of elements")
+        return [(int(offset), plan.stored, plan.id)]
+    found: list[tuple[int, int, tuple[int, ...]]] = []
+
+    def add(info: Any) -> None:
+        found.append((int(info.byte_offset), int(info.size), info.chunk_offset))
+
+    dsid.chunk_iter(add)
+    if not chunked(plan):  # one chunk of the whole shape
+        if len(found) != 1 or found[0][1] != plan.stored:
+            raise Unsupported(f"HDF5 allocated {allocated} bytes for {plan.stored} bytes "
+                              "of elements")
+        return [(found[0][0], plan.stored, plan.id)]
+    assert plan.chunks is not None and plan.shape is not None
+    chunk_bytes = math.prod(plan.chunks) * (plan.stored // math.prod(plan.shape))
+    grid = math.prod(-(-n // c) for n, c in zip(plan.shape, plan.chunks, strict=True))
+    if len(found) != grid or any(size != chunk_bytes for _, size, _ in found):
+        raise Unsupported(f"HDF5 allocated {len(found)} chunks for a grid of {grid}")
+    return [(offset, size, ChunkPart(plan.id, tuple(
+        o // c for o, c in zip(coords, plan.chunks, strict=True))))
+        for offset, size, coords in found]
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -709,6 +766,9 @@ def _text(value: Any) -> str:
 
 #: Bytes one HDF5 chunk must stay under.
 MAX_CHUNK_BYTES = (1 << 32) - 1
+#: Most chunks a stored dataset keeps as chunks (each a part of the image,
+#: about 200 bytes of memory); one with more is contiguous.
+MAX_CHUNKS = 65_536
 #: The page a reader's page cache reads whole, and the file's space pages.
 PAGE = 4096
 _FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyError)
@@ -736,7 +796,8 @@ def build_image(skeleton: Skeleton, scratch: str | None = None) -> FileImage:
         return _read_back(path, regions, left_out)
 
 
-def _write(skeleton: Skeleton, path: str) -> tuple[list[tuple[int, int, str]], list[str]]:
+def _write(skeleton: Skeleton, path: str
+           ) -> tuple[list[tuple[int, int, str | ChunkPart]], list[str]]:
     """Write ``skeleton`` as the HDF5 file ``path``; the places of the stored
     elements, and what is left out.
 
@@ -774,30 +835,29 @@ def _write(skeleton: Skeleton, path: str) -> tuple[list[tuple[int, int, str]], l
     return writer.regions, writer.left_out
 
 
-def _read_back(path: str, regions: list[tuple[int, int, str]], left_out: list[str]
-               ) -> FileImage:
+def _read_back(path: str, regions: list[tuple[int, int, str | ChunkPart]],
+               left_out: list[str]) -> FileImage:
     """The file at ``path`` as parts: what HDF5 wrote between the ``regions``,
     with the holes of the file (never written) as runs of zeros."""
     starts: list[int] = []
-    parts: list[bytes | str | int] = []
+    parts: list[Part] = []
     with open(path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         pos = 0
-        for offset, length, obj_id in sorted(regions):
+        for offset, length, place in sorted(regions, key=lambda region: region[0]):
             if offset < pos or offset + length > size:
-                raise Unsupported(f"HDF5 placed the elements of {obj_id} at {offset}, "
+                raise Unsupported(f"HDF5 placed the elements of {place} at {offset}, "
                                   f"over other parts of the file")
             _gap(fd, pos, offset, starts, parts)
             starts.append(offset)
-            parts.append(obj_id)
+            parts.append(place)
             pos = offset + length
         _gap(fd, pos, size, starts, parts)
     return FileImage(size, starts, parts, left_out)
 
 
-def _gap(fd: int, start: int, end: int, starts: list[int],
-         parts: list[bytes | str | int]) -> None:
+def _gap(fd: int, start: int, end: int, starts: list[int], parts: list[Part]) -> None:
     """Add the bytes of ``fd`` from ``start`` to ``end`` as parts: data as
     bytes, holes as their length."""
     pos = start

@@ -11,11 +11,15 @@ call is given the tree to check the images against and plan them from.
 The plan walks the domain from its root group, breadth first, the way the
 tree shows it: each object is created at the first path that reaches it,
 and every other link to it becomes a hard link. A dataset of fixed-size type
-without references keeps its elements inside the file: the library
-allocates their place and never writes it, the image keeps only the bytes
-HDF5 wrote (``FileImage``), and a read of such a place is served from the
-dataset, as its ``P.npy`` reads it past the NPY header (through the chunk
-cache, with its readahead; ``H5ViewHandle``). So the file names no other
+without references keeps its elements inside the file, chunked as stored
+where HDF5 allows it: the library allocates their places and never writes
+them, the image keeps only the bytes HDF5 wrote (``FileImage``), and a read
+of a place is served from the dataset (``H5ViewHandle``): a chunk's place
+as its chunk file (through the chunk cache), a contiguous dataset's as its
+``P.npy`` past the NPY header. HDF5 reads a selection's chunks one after
+another, in grid order for a band of rows and with a fixed stride for a
+band of columns: three chunks read at one stride prefetch the next ones
+at that stride. So the file names no other
 file: a copy of it, or the mount seen at another path (a bind mount, a
 container), reads the same. Variable-length and reference datasets are read
 and embedded while the embedded bytes stay under ``-o h5view_inline``; over
@@ -53,6 +57,7 @@ import trio
 
 from layouts.hdf5 import (
     AttrPlan,
+    ChunkPart,
     FileImage,
     LinkPlan,
     ObjPlan,
@@ -73,6 +78,7 @@ from layouts.model import (
     ObjectRef,
 )
 from layouts.views import NpyView, Reader, npy_header, read_array
+from mountd.cache.chunkahead import chunk_unit, ravel, unravel
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.tree.nodes import FileHandle, FileNode, NodeType, Stat
 from mountd.tree.paths import InDomain, ObjPath, root_path
@@ -302,6 +308,7 @@ class _Planner:
             return
         if raw:
             plan.stored = math.prod(ds.shape) * ds.type.itemsize
+            plan.chunks = ds.chunks
             self.sources[ds.id] = op
             return
         await self._embed(op, ds, plan)
@@ -426,6 +433,9 @@ class H5ViewHandle(FileHandle):
         self.keep_cache = keep_cache
         #: The reader of each dataset read so far, with its NPY header's length.
         self._readers: dict[str, tuple[Reader, int]] = {}
+        #: Per dataset: the grid position of the chunk read last, and the
+        #: stride from the one before.
+        self._strides: dict[str, tuple[int, int]] = {}
 
     async def read(self, offset: int, size: int) -> bytes | memoryview:
         file = self.image.file
@@ -441,6 +451,9 @@ class H5ViewHandle(FileHandle):
                 piece: bytes | memoryview = memoryview(part)[pos - start:stop - start]
             elif isinstance(part, int):
                 piece = bytes(stop - pos)
+            elif isinstance(part, ChunkPart):
+                piece = memoryview(await self._chunk(part, part_end - start))[
+                    pos - start:stop - start]
             else:
                 piece = await self._elements(part, part_end - start, pos - start, stop - pos)
             # A reader's buffer is valid until its next await: keep a copy.
@@ -451,17 +464,58 @@ class H5ViewHandle(FileHandle):
             return pieces[0]
         return b"".join(pieces)
 
+    async def _dataset(self, obj_id: str, length: int) -> tuple[ObjPath, Dataset]:
+        """Dataset ``obj_id`` as the tree has it now, if it still holds the
+        ``length`` bytes of elements the file was built for (else EIO)."""
+        op = self.image.sources[obj_id]
+        ds = await self.tree.dataset(op)
+        if not (ds.type.fixed_size and ds.shape is not None
+                and math.prod(ds.shape) * ds.type.itemsize == length):
+            raise StorageError(op.h5path, "changed since its HDF5 file view was built")
+        return op, ds
+
+    async def _chunk(self, part: ChunkPart, length: int) -> bytes:
+        """The decoded bytes of one whole chunk (the fill value where none is
+        stored); its reads in grid order prefetch the next chunks."""
+        op = self.image.sources[part.obj_id]
+        ds = await self.tree.dataset(op)
+        if ds.chunk_nbytes != length or ds.shape is None or not ds.in_grid(part.index):
+            raise StorageError(op.h5path, "changed since its HDF5 file view was built")
+        self._read_ahead(part, op, ds)
+        data = await self.tree.chunk(op, ds, part.index)
+        if data is None:
+            data = ds.fill_bytes() * math.prod(ds.chunks)
+        if len(data) != length:
+            raise StorageError(op.h5path, f"chunk {part.index} has {len(data)} bytes, "
+                               f"not {length}")
+        return data
+
+    def _read_ahead(self, part: ChunkPart, op: ObjPath, ds: Dataset) -> None:
+        """Prefetch what a reader of chunk ``part`` will read next: after two
+        steps of one stride forward in grid order, the next chunks at that
+        stride, as many as the tree's readahead holds. (Not the chunk files'
+        readahead: that follows grid order alone, and its state is shared
+        with the dataset's other readers.)"""
+        grid = ds.grid
+        pos = ravel(part.index, grid)
+        last, stride = self._strides.get(part.obj_id, (-1, 0))
+        step = pos - last
+        if step == 0:  # another piece of the chunk read last
+            return
+        self._strides[part.obj_id] = (pos, step)
+        if step == stride and step > 0:
+            count = max(1, self.tree.readahead_cap // chunk_unit(ds))
+            stop = min(math.prod(grid), pos + step * (count + 1))
+            self.tree.prefetch_chunks(op, ds, [unravel(p, grid) for p in
+                                               range(pos + step, stop, step)])
+
     async def _elements(self, obj_id: str, length: int, at: int,
                         size: int) -> bytes | memoryview:
         """``size`` bytes at ``at`` of the ``length`` bytes of elements of
         dataset ``obj_id``."""
         opened = self._readers.get(obj_id)
         if opened is None:
-            op = self.image.sources[obj_id]
-            ds = await self.tree.dataset(op)
-            if not (ds.type.fixed_size and ds.shape is not None
-                    and math.prod(ds.shape) * ds.type.itemsize == length):
-                raise StorageError(op.h5path, "changed since its HDF5 file view was built")
+            op, ds = await self._dataset(obj_id, length)
             reader = await _NPY.open(ObjectContext(self.tree, op, ds))
             if obj_id in self._readers:  # another read opened it meanwhile
                 reader.close()
