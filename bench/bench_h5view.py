@@ -2,8 +2,9 @@
 
 This module owns the driver of the ``D.h5`` benchmark and the section
 "HDF5 file view (D.h5)" it writes in ``docs/benchmarks.md``. ``D.h5`` is an
-HDF5 skeleton whose fixed-size datasets are external storage on the mount's
-own ``P.npy`` files, so its reads come back through the mount. On the data of
+HDF5 file whose fixed-size datasets keep their chunk shape, unfiltered; the
+daemon serves each chunk's place from the decoded chunk, so its reads come
+back through the mount's chunk cache. On the data of
 ``bench.bench_npy`` (``bench.data``: ``/home/admin/big.h5``, ``/data``,
 float32 16384 x 16384, gzip chunks) it measures in one run, each on a fresh
 h5mount mount after dropping the page cache, in GiB/s of bytes delivered to
@@ -21,9 +22,9 @@ the reader (median of ``--repeat`` runs, the cases interleaved run by run):
 - (e) diagnostic, warm (``P.npy`` in the page cache: one untimed ``cat`` on
   a fresh mount first): h5py reading a 64 MiB band of rows
   (``[0:1024, :]``) and one of columns (``[:, 0:1024]``) through ``D.h5``.
-  HDF5 reads external storage by opening, reading and closing the file once
-  per contiguous run of the selection, so the column band costs 16,384 opens
-  of ``P.npy`` on the mount.
+  Both read 16 chunks, one after another: a row of the chunk grid, or a
+  column of it (a fixed stride in grid order, which the daemon prefetches
+  along once it has seen two steps of it).
 
 (b)/(a) is the issue's ratio (target >= 0.8). For every case it also records
 the daemon's peak RSS (VmHWM, read after the read) and the CPU seconds of the
@@ -450,8 +451,8 @@ def report_section(cases: dict[str, Case], extras: dict[str, Extra], ctx: Contex
         f"`{ctx.data.domain}`, `/{ctx.data.dataset}` float32 {info['shape'][0]}x"
         f"{info['shape'][1]}, chunks {info['chunks'][0]}x{info['chunks'][1]}, "
         f"{info['compression']}; its view is `{ctx.data.domain}{VIEW_SUFFIX}` on the mount, "
-        f"where `/{ctx.data.dataset}` is contiguous external storage on "
-        f"`{ctx.data.dataset}.npy` past its NPY header.",
+        f"where `/{ctx.data.dataset}` keeps its chunk shape, unfiltered, each chunk "
+        "served from the decoded chunk.",
         "",
         f"GiB/s are bytes delivered to the reader (2^30 bytes = 1 GiB), median of "
         f"{ctx.repeat} runs, the cases interleaved run by run; every run is on a fresh "

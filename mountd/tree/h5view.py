@@ -18,13 +18,12 @@ of a place is served from the dataset (``H5ViewHandle``): a chunk's place
 as its chunk file (through the chunk cache), a contiguous dataset's as its
 ``P.npy`` past the NPY header. HDF5 reads a selection's chunks one after
 another, in grid order for a band of rows and with a fixed stride for a
-band of columns: three chunks read at one stride prefetch the next ones
-at that stride. So the file names no other
-file: a copy of it, or the mount seen at another path (a bind mount, a
-container), reads the same. Variable-length and reference datasets are read
-and embedded while the embedded bytes stay under ``-o h5view_inline``; over
-it, a dataset is left out and named in the root attribute
-``layouts.hdf5._image.LEFT_OUT_ATTR``. A file holds at most
+band of columns: three chunks read at one stride prefetch the next ones at
+that stride. So the file names no other file: a copy of it, or the mount
+seen at another path (a bind mount, a container), reads the same.
+Variable-length and reference datasets are read and embedded while the
+embedded bytes stay under ``-o h5view_inline``; over it, a dataset is left
+out and named in the root attribute ``layouts.hdf5._image.LEFT_OUT_ATTR``. A file holds at most
 ``-o h5view_objects`` objects (the first found), which bounds the memory a
 build takes. External links to domains of this mount lead to those
 domains' ``D.h5`` views; others are left out, so no path a bucket controls
@@ -476,7 +475,8 @@ class H5ViewHandle(FileHandle):
 
     async def _chunk(self, part: ChunkPart, length: int) -> bytes:
         """The decoded bytes of one whole chunk (the fill value where none is
-        stored); its reads in grid order prefetch the next chunks."""
+        stored), through the chunk cache (``_read_ahead`` says what is
+        prefetched)."""
         op = self.image.sources[part.obj_id]
         ds = await self.tree.dataset(op)
         if ds.chunk_nbytes != length or ds.shape is None or not ds.in_grid(part.index):
