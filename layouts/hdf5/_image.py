@@ -669,12 +669,17 @@ class _Writer:
 
 def chunked(plan: ObjPlan) -> bool:
     """True if a stored dataset keeps its chunk shape: HDF5 takes it (every
-    chunk under 4 GiB, no larger than a fixed dimension) and it has at most
-    ``MAX_CHUNKS`` chunks (each is a part of the image, kept in memory)."""
+    chunk under 4 GiB, no larger than a fixed dimension), it has at most
+    ``MAX_CHUNKS`` chunks (each is a part of the image, kept in memory), and
+    it is not one chunk of a fixed shape (what HSDS makes of a contiguous
+    dataset: contiguous storage holds the same bytes, and readers such as
+    PyTables tell the two apart)."""
     shape, chunks = plan.shape, plan.chunks
     if plan.stored is None or not shape or chunks is None or len(chunks) != len(shape):
         return False
     maxshape = plan.maxshape or shape
+    if tuple(chunks) == tuple(shape) and tuple(maxshape) == tuple(shape):
+        return False
     itemsize = plan.stored // math.prod(shape) if math.prod(shape) else 0
     count = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True)) if all(
         c >= 1 for c in chunks) else 0
