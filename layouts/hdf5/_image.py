@@ -523,11 +523,12 @@ class _Writer:
         """The dataspace of a dataset, and its storage in ``dcpl``.
 
         A dataset whose elements the file keeps (``stored``) has its storage
-        allocated when it is made and never written. It is contiguous unless
-        extendible; an extendible dataset, embedded and empty ones too, is
-        chunked in one chunk of its shape, so its ``maxshape`` is kept along
-        every dimension. A chunk must stay under 4 GiB: a larger extendible
-        dataset stays contiguous, and its ``maxshape`` is noted as not kept.
+        allocated when it is made and never written, in its own chunk shape
+        where ``chunked`` says so. Else it is contiguous unless extendible;
+        an extendible dataset, embedded and empty ones too, is chunked in one
+        chunk of its shape, so its ``maxshape`` is kept along every
+        dimension. A chunk must stay under 4 GiB: a larger extendible dataset
+        stays contiguous, and its ``maxshape`` is noted as not kept.
         """
         if plan.shape is None:
             return h5s.create(h5s.NULL)
@@ -680,10 +681,11 @@ def chunked(plan: ObjPlan) -> bool:
     maxshape = plan.maxshape or shape
     if tuple(chunks) == tuple(shape) and tuple(maxshape) == tuple(shape):
         return False
-    itemsize = plan.stored // math.prod(shape) if math.prod(shape) else 0
-    count = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True)) if all(
-        c >= 1 for c in chunks) else 0
-    return (0 < count <= MAX_CHUNKS and 0 < math.prod(chunks) * itemsize < MAX_CHUNK_BYTES
+    if not math.prod(shape) or min(chunks) < 1:
+        return False
+    itemsize = plan.stored // math.prod(shape)
+    count = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True))
+    return (count <= MAX_CHUNKS and math.prod(chunks) * itemsize < MAX_CHUNK_BYTES
             and all(m is None or c <= m for c, m in zip(chunks, maxshape, strict=True)))
 
 

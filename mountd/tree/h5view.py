@@ -102,6 +102,8 @@ DEFAULT_OBJECTS = 20_000
 IMAGE_BUDGET = 256 << 20
 #: Rough bytes one model object kept with an image costs.
 _OBJECT_BYTES = 1024
+#: Rough bytes one part of an image costs besides the bytes it holds.
+_PART_BYTES = 160
 #: Bytes one embedded reference, or the bookkeeping of one embedded element, counts.
 _ELEMENT_BYTES = 8
 #: The view whose reads serve a dataset's elements inside the file.
@@ -118,9 +120,11 @@ class _Image:
 
     @property
     def cost(self) -> int:
-        """Bytes charged to ``IMAGE_BUDGET``: the bytes HDF5 wrote, and the
-        objects the image keeps alive past the metadata cache's own budget."""
-        return self.file.written + _OBJECT_BYTES * len(self.seen)
+        """Bytes charged to ``IMAGE_BUDGET``: the bytes HDF5 wrote, its parts,
+        and the objects the image keeps alive past the metadata cache's own
+        budget."""
+        return (self.file.written + _PART_BYTES * len(self.file.parts)
+                + _OBJECT_BYTES * len(self.seen))
 
 
 class H5Views:
