@@ -45,6 +45,7 @@ from mountd.tree.nodes import (
     STREAM_WINDOW,
     DirNode,
     FileNode,
+    FlatRows,
     Node,
     Row,
     SmallOrStreamListing,
@@ -977,3 +978,25 @@ def test_the_memo_charges_at_least_the_memory_it_keeps() -> None:
             assert 0.5 * charged < freed <= charged
             nursery.cancel_scope.cancel()
     trio.run(main)
+
+
+def test_flat_rows_read_as_the_rows_they_keep() -> None:
+    """A group's rows kept flat give back the same rows, by slice and by index."""
+    async def main() -> None:
+        rows = [row async for row in _rows_of(await walk(make_tree(make_catalog()),
+                                                         "home/u/f.h5"))]
+        assert len(rows) > 3
+        flat = FlatRows(rows)
+        assert len(flat) == len(rows)
+        assert flat[:] == rows and flat[1:3] == rows[1:3] and flat[5:2] == []
+        assert flat[-1] == rows[-1] and flat[0] == rows[0]
+        assert flat.nodes() == [row.node for row in rows]
+        with pytest.raises(IndexError):
+            flat[len(rows)]
+    trio.run(main)
+
+
+async def _rows_of(node: Node) -> AsyncIterator[Row]:
+    assert isinstance(node, DirNode)
+    async for _, name, child, st in node.open_listing().entries(0):
+        yield Row(name, child, st)

@@ -25,7 +25,7 @@ in synchronous calls.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,7 @@ from mountd.tree.meta import ZATTRS_NAME, ZGROUP_NAME, sidecar_file, zattrs_file
 from mountd.tree.names import display_name, fits, unescape
 from mountd.tree.nodes import (
     DirListing,
+    FlatRows,
     Node,
     NodeType,
     Row,
@@ -110,12 +111,17 @@ class Symlink(SymlinkNode):
 
 @dataclass(frozen=True, slots=True)
 class _Rows:
-    """A group's readdir rows; ``objects`` are the (id, object) pairs they were
-    made from (None: not reusable); ``dirs`` the child directories in order."""
+    """A group's readdir rows, kept flat; ``objects`` are the (id, object) pairs
+    they were made from (None: not reusable)."""
 
-    rows: list[Row]
+    rows: FlatRows
     objects: list[tuple[str, AnyObject]] | None
-    dirs: list[tuple[Hashable, ObjectDir]]
+
+    def dirs(self) -> list[tuple[Hashable, ObjectDir]]:
+        """The child directories in order, by key (made anew each listing: the
+        readahead keeps its own index of them)."""
+        return [(node.op.key, node) for node in self.rows.nodes()
+                if isinstance(node, ObjectDir)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +195,7 @@ class GroupDir(ObjectDir):
     def open_listing(self) -> DirListing:
         return SnapshotListing(self.listing)
 
-    async def listing(self) -> list[Row]:
+    async def listing(self) -> Sequence[Row]:
         """Every entry with its stat, sorted by name after the group's own files.
 
         The rows are memoised with the group object and checked, before
@@ -205,7 +211,7 @@ class GroupDir(ObjectDir):
             rows = await self._rows(group)
             if rows.objects is not None:
                 self.tree.memo.put(key, rows, _ROW_BYTES * len(rows.rows), group, self.op.domain)
-        self.tree.preload.remember(self.op.key, rows.dirs)
+        self.tree.preload.remember(self.op.key, rows.dirs())
         return rows.rows
 
     async def _rows(self, group: Group) -> _Rows:
@@ -235,8 +241,7 @@ class GroupDir(ObjectDir):
                     objects = None
                     break
                 objects.append((op.id, obj))
-        dirs = [(row.node.op.key, row.node) for row in rows if isinstance(row.node, ObjectDir)]
-        return _Rows(rows, objects, dirs)
+        return _Rows(FlatRows(rows), objects)
 
     def _children(self, group: Group) -> list[ObjPath]:
         """Where the group's hard links lead, leaving out links back to an ancestor."""

@@ -29,9 +29,17 @@ import enum
 import itertools
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Hashable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import trio
 
@@ -138,6 +146,40 @@ class Row(NamedTuple):
     name: str
     node: Node
     stat: Stat | None = None
+
+
+class FlatRows(Sequence[Row]):
+    """Rows kept in one flat list (name, node, stat, name, node, stat...),
+    with no tuple per row: a group's memoised listing of 100,000 children
+    keeps 300,000 rows. Reading a slice makes its ``Row`` tuples then."""
+
+    __slots__ = ("_flat",)
+
+    def __init__(self, rows: Iterable[Row]) -> None:
+        self._flat: list[Any] = [field for row in rows for field in row]
+
+    def __len__(self) -> int:
+        return len(self._flat) // 3
+
+    @overload
+    def __getitem__(self, index: int) -> Row: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Row]: ...
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        flat = self._flat
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            return [Row(flat[i], flat[i + 1], flat[i + 2])
+                    for i in range(3 * start, 3 * stop, 3 * step)]
+        at = 3 * range(len(self))[index]
+        return Row(flat[at], flat[at + 1], flat[at + 2])
+
+    def nodes(self) -> list[Node]:
+        """The node of every row, in order."""
+        nodes: list[Node] = self._flat[1::3]
+        return nodes
 
 
 class DirListing(ABC):
