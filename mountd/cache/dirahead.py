@@ -22,7 +22,7 @@ with respect to other trio tasks.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -42,7 +42,7 @@ class _Group(Generic[T]):
     position: dict[Hashable, int]
     window: ReadaheadWindow
     mark: int = 0
-    #: The sequence the order was taken from (compared by identity).
+    #: The listing the order was taken from (compared by identity).
     source: object = None
 
 
@@ -55,20 +55,22 @@ class DirReadahead(Generic[T]):
         self.max_groups = max_groups
         self._groups: OrderedDict[Hashable, _Group[T]] = OrderedDict()
 
-    def remember(self, parent: Hashable, children: Sequence[tuple[Hashable, T]]) -> None:
-        """The child directories of ``parent`` in listing order, by key. Given
-        the very same sequence again (a memoised listing), only the walk's
-        state starts afresh: the order is not indexed a second time."""
+    def remember(self, parent: Hashable, listing: object,
+                 children: Callable[[], Sequence[tuple[Hashable, T]]]) -> None:
+        """The child directories of ``parent`` in listing order, by key, as
+        ``children()`` gives them from ``listing``. Given the very same listing
+        again (a memoised one), only the walk's state starts afresh: the
+        children are neither made nor indexed a second time."""
         window = ReadaheadWindow(self.start, self.cap)
         window.observe(-1, 1)  # the listing itself: opening the first child next is in order
         known = self._groups.get(parent)
-        if known is not None and known.source is children:
-            self._groups[parent] = _Group(known.children, known.position, window, source=children)
+        if known is not None and known.source is listing:
+            self._groups[parent] = _Group(known.children, known.position, window, source=listing)
         else:
-            kept = children[:MAX_CHILDREN]
+            kept = children()[:MAX_CHILDREN]
             self._groups[parent] = _Group([item for _, item in kept],
                                           {key: pos for pos, (key, _) in enumerate(kept)},
-                                          window, source=children)
+                                          window, source=listing)
         self._groups.move_to_end(parent)
         while len(self._groups) > self.max_groups:
             self._groups.popitem(last=False)

@@ -118,8 +118,8 @@ class _Rows:
     objects: list[tuple[str, AnyObject]] | None
 
     def dirs(self) -> list[tuple[Hashable, ObjectDir]]:
-        """The child directories in order, by key (made anew each listing: the
-        readahead keeps its own index of them)."""
+        """The child directories in order, by key (made when the readahead
+        first sees these rows: it keeps its own index of them)."""
         return [(node.op.key, node) for node in self.rows.nodes()
                 if isinstance(node, ObjectDir)]
 
@@ -211,7 +211,7 @@ class GroupDir(ObjectDir):
             rows = await self._rows(group)
             if rows.objects is not None:
                 self.tree.memo.put(key, rows, _ROW_BYTES * len(rows.rows), group, self.op.domain)
-        self.tree.preload.remember(self.op.key, rows.dirs())
+        self.tree.preload.remember(self.op.key, rows, rows.dirs)
         return rows.rows
 
     async def _rows(self, group: Group) -> _Rows:

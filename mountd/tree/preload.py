@@ -22,7 +22,7 @@ walker's own listing reports the error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Protocol
 
 import trio
@@ -65,9 +65,12 @@ class Preloader:
         #: the load is scheduled; each event is set when its load ends.
         self._loading: dict[Hashable, trio.Event] = {}
 
-    def remember(self, group: Hashable, dirs: Sequence[tuple[Hashable, Loadable]]) -> None:
-        """The child directories of the group with key ``group``, in listing order."""
-        self._dirs.remember(group, dirs)
+    def remember(self, group: Hashable, listing: object,
+                 dirs: Callable[[], Sequence[tuple[Hashable, Loadable]]]) -> None:
+        """The child directories of the group with key ``group``, in listing
+        order, as ``dirs()`` gives them from ``listing`` (made only when the
+        listing is not the one remembered last)."""
+        self._dirs.remember(group, listing, dirs)
 
     def dir_opened(self, node: Loadable) -> None:
         """A child directory of a group is being listed: load the next ones in
