@@ -239,8 +239,9 @@ def test_what_cannot_be_written_is_left_out_whole() -> None:
 
 def test_extendible_datasets_keep_maxshape() -> None:
     """An extendible dataset keeps its maxshape along every dimension: its
-    elements are one chunk of its shape; embedded and empty ones are chunked
-    alike. Only a dataset whose one chunk would pass 4 GiB is noted."""
+    elements are one chunk of its shape; an empty one keeps its own chunk
+    shape where HDF5 takes it, embedded ones are chunked. Only a dataset
+    whose one chunk would pass 4 GiB is noted."""
     def dataset(name: str, **kw: Any) -> ObjPlan:
         return ObjPlan(id=f"d-{name}", kind=ObjectKind.DATASET, parent="g-root", name=name,
                        path=f"/{name}", hdf5=kw.pop("hdf5", I4), **kw)
@@ -251,7 +252,8 @@ def test_extendible_datasets_keep_maxshape() -> None:
         dataset("rows", shape=(2, 3), maxshape=(None, 3), stored=24),
         dataset("cols", shape=(2, 3), maxshape=(2, None), stored=24),
         dataset("huge", shape=(huge // 4,), maxshape=(None,), stored=huge),
-        dataset("empty", shape=(0, 3), maxshape=(None, None)),
+        dataset("empty", shape=(0, 3), maxshape=(None, None), chunks=(4, 2)),
+        dataset("bare", shape=(0, 3), maxshape=(None, 3), chunks=(4, 8)),
         dataset("text", hdf5=VSTR, shape=(2,), maxshape=(10,), data=["a", "b"]),
     ])
     elements = np.arange(6, dtype="<i4").tobytes()
@@ -262,6 +264,8 @@ def test_extendible_datasets_keep_maxshape() -> None:
     assert f["cols"].maxshape == (2, None) and f["cols"][()].sum() == 15
     assert f["huge"].maxshape == f["huge"].shape and f["huge"][-1] == 0
     assert f["empty"].maxshape == (None, None) and f["empty"].shape == (0, 3)
+    assert f["empty"].chunks == (4, 2)  # as stored
+    assert f["bare"].chunks == (1, 3)  # its chunk passes a fixed dimension: one of its shape
     assert f["text"].maxshape == (10,) and f["text"].asstr()[()].tolist() == ["a", "b"]
     assert [line.split(" (")[0] for line in image.left_out] == [
         "/huge: maxshape [None] not kept"]

@@ -54,9 +54,6 @@ NOT_LOADED = {
 EXPECTED = {
     "out_of_order_types.h5": {
         "/group/table: values differ": "hsload orders compound members by offset"},
-    "indexes_2_0.h5": {
-        "/table1: Table -> UnImplemented": "not explained yet: its chunk shape and maxshape "
-                                           "are the original's"},
 }
 
 

@@ -100,8 +100,10 @@ class ObjPlan:
     library's default) and either ``stored``, the bytes of its elements the
     file keeps (their C-order raw bytes, which the file's server provides),
     or ``data`` to embed (its elements in C order, as model values; neither:
-    no elements to store). A stored dataset with ``chunks`` keeps that chunk
-    shape where HDF5 allows it (``chunked``): its places are then whole chunks.
+    no elements to store). ``chunks`` is its chunk shape as stored: a stored
+    dataset keeps it where HDF5 allows it (``chunked``), its places then
+    whole chunks; an extendible one that is empty or embedded keeps it too
+    (readers such as PyTables check it).
     """
 
     id: str
@@ -525,10 +527,11 @@ class _Writer:
         A dataset whose elements the file keeps (``stored``) has its storage
         allocated when it is made and never written, in its own chunk shape
         where ``chunked`` says so. Else it is contiguous unless extendible;
-        an extendible dataset, embedded and empty ones too, is chunked in one
-        chunk of its shape, so its ``maxshape`` is kept along every
-        dimension. A chunk must stay under 4 GiB: a larger extendible dataset
-        stays contiguous, and its ``maxshape`` is noted as not kept.
+        an extendible dataset is chunked (an empty or embedded one in its own
+        chunk shape where HDF5 takes it), else in one chunk of its shape, so
+        its ``maxshape`` is kept along every dimension. A chunk must stay
+        under 4 GiB: a larger extendible dataset stays contiguous, and its
+        ``maxshape`` is noted as not kept.
         """
         if plan.shape is None:
             return h5s.create(h5s.NULL)
@@ -545,6 +548,10 @@ class _Writer:
             return h5s.create_simple(shape, maxdims)
         if maxshape == shape:
             return h5s.create_simple(shape)
+        if plan.stored is None and _takes_chunks(plan):
+            assert plan.chunks is not None
+            dcpl.set_chunk(plan.chunks)
+            return h5s.create_simple(shape, maxdims)
         if (plan.stored or 0) < MAX_CHUNK_BYTES:
             dcpl.set_chunk(tuple(max(1, n) for n in shape))
             return h5s.create_simple(shape, maxdims)
@@ -668,6 +675,16 @@ class _Writer:
                                             lcpl=lcpl)
 
 
+def _takes_chunks(plan: ObjPlan) -> bool:
+    """True if HDF5 takes the dataset's ``chunks``: one per dimension, none
+    empty, none larger than a fixed dimension."""
+    shape, chunks = plan.shape, plan.chunks
+    if not shape or chunks is None or len(chunks) != len(shape) or min(chunks) < 1:
+        return False
+    maxshape = plan.maxshape or shape
+    return all(m is None or c <= m for c, m in zip(chunks, maxshape, strict=True))
+
+
 def chunked(plan: ObjPlan) -> bool:
     """True if a stored dataset keeps its chunk shape: HDF5 takes it (every
     chunk under 4 GiB, no larger than a fixed dimension), it has at most
@@ -676,17 +693,14 @@ def chunked(plan: ObjPlan) -> bool:
     dataset: contiguous storage holds the same bytes, and readers such as
     PyTables tell the two apart)."""
     shape, chunks = plan.shape, plan.chunks
-    if plan.stored is None or not shape or chunks is None or len(chunks) != len(shape):
+    if plan.stored is None or not shape or not math.prod(shape) or not _takes_chunks(plan):
         return False
-    maxshape = plan.maxshape or shape
-    if tuple(chunks) == tuple(shape) and tuple(maxshape) == tuple(shape):
-        return False
-    if not math.prod(shape) or min(chunks) < 1:
+    assert chunks is not None
+    if tuple(chunks) == tuple(shape) and tuple(plan.maxshape or shape) == tuple(shape):
         return False
     itemsize = plan.stored // math.prod(shape)
     count = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True))
-    return (count <= MAX_CHUNKS and math.prod(chunks) * itemsize < MAX_CHUNK_BYTES
-            and all(m is None or c <= m for c, m in zip(chunks, maxshape, strict=True)))
+    return count <= MAX_CHUNKS and math.prod(chunks) * itemsize < MAX_CHUNK_BYTES
 
 
 def _places(dsid: Any, plan: ObjPlan) -> list[tuple[int, int, str | ChunkPart]]:

@@ -305,6 +305,7 @@ class _Planner:
     async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan) -> None:
         tj = ds.type.hdf5
         plan.hdf5, plan.shape, plan.maxshape = tj, ds.shape, ds.maxshape
+        plan.chunks = ds.chunks
         raw = external_ok(tj)  # its chunk files' bytes (and its .npy's) are HDF5's
         if ds.fill_value is not None and raw:
             plan.fill = ds.fill_bytes()
@@ -312,7 +313,6 @@ class _Planner:
             return
         if raw:
             plan.stored = math.prod(ds.shape) * ds.type.itemsize
-            plan.chunks = ds.chunks
             self.sources[ds.id] = op
             return
         await self._embed(op, ds, plan)
