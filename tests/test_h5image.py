@@ -11,8 +11,8 @@ in the root attribute, never written half.
 
 from __future__ import annotations
 
-import io
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 import h5py
@@ -48,10 +48,11 @@ def _root(*attrs: AttrPlan) -> ObjPlan:
                    attrs=list(attrs))
 
 
-def _file(image: FileImage, elements: dict[str, bytes]) -> h5py.File:
-    """The file as the mount serves it: the parts HDF5 wrote, and each dataset's
-    ``elements`` at the start of its place (the rest of a place reads as zeros:
-    the file is written sparse, so a place of gigabytes costs nothing)."""
+def _file(image: FileImage, elements: Mapping[str | ChunkPart, bytes]) -> h5py.File:
+    """The file as the mount serves it: the parts HDF5 wrote, and each place's
+    ``elements`` (by dataset id, or by ``ChunkPart``) at its start (the rest of
+    a place reads as zeros: the file is written sparse, so a place of
+    gigabytes costs nothing)."""
     assert image.starts == sorted(image.starts) and image.starts[0] == 0
     ends = [*image.starts[1:], image.size]
     out = tempfile.TemporaryFile()  # noqa: SIM115 - the h5py.File returned owns it
@@ -70,7 +71,7 @@ def _file(image: FileImage, elements: dict[str, bytes]) -> h5py.File:
     return h5py.File(out, "r")
 
 
-def _open(skeleton: Skeleton, elements: dict[str, bytes] | None = None
+def _open(skeleton: Skeleton, elements: Mapping[str | ChunkPart, bytes] | None = None
           ) -> tuple[h5py.File, list[str]]:
     image = build_image(skeleton)
     return _file(image, elements or {}), image.left_out
@@ -326,17 +327,8 @@ def test_stored_chunks_are_places_of_their_own() -> None:
     chunks = [part for part in image.parts if isinstance(part, ChunkPart)]
     assert sorted(part.index for part in chunks) == [(i, j) for i in range(3) for j in range(3)]
     assert {part.obj_id for part in chunks} == {"d-c"} and "d-w" in image.parts
-    file = io.BytesIO()
-    for start, part in zip(image.starts, image.parts, strict=True):
-        file.seek(start)
-        if isinstance(part, ChunkPart):
-            file.write(chunk(*part.index))
-        elif isinstance(part, bytes):
-            file.write(part)
-        elif part == "d-w":
-            file.write(array.tobytes())
-    file.truncate(image.size)
-    f = h5py.File(file, "r")
+    f = _file(image, {**{part: chunk(*part.index) for part in chunks},
+                      "d-w": array.tobytes()})
     assert f["c"].chunks == (2, 3) and f["c"].maxshape == (None, 7)
     np.testing.assert_array_equal(f["c"][()], array)
     np.testing.assert_array_equal(f["c"][:, 4:6], array[:, 4:6])

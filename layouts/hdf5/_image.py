@@ -53,7 +53,7 @@ from h5py import h5a, h5d, h5ds, h5f, h5o, h5p, h5r, h5s, h5t
 
 from layouts.errors import FormatError
 from layouts.hdf5._types import HType, parsed_type
-from layouts.model import LinkKind, ObjectKind
+from layouts.model import LinkKind, ObjectKind, chunk_grid
 
 #: The root attribute that lists what the skeleton leaves out, and why.
 LEFT_OUT_ATTR = "h5mount_left_out"
@@ -699,7 +699,7 @@ def chunked(plan: ObjPlan) -> bool:
     if tuple(chunks) == tuple(shape) and tuple(plan.maxshape or shape) == tuple(shape):
         return False
     itemsize = plan.stored // math.prod(shape)
-    count = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True))
+    count = math.prod(chunk_grid(shape, chunks))
     return count <= MAX_CHUNKS and math.prod(chunks) * itemsize < MAX_CHUNK_BYTES
 
 
@@ -727,7 +727,7 @@ def _places(dsid: Any, plan: ObjPlan) -> list[tuple[int, int, str | ChunkPart]]:
         return [(found[0][0], plan.stored, plan.id)]
     assert plan.chunks is not None and plan.shape is not None
     chunk_bytes = math.prod(plan.chunks) * (plan.stored // math.prod(plan.shape))
-    grid = math.prod(-(-n // c) for n, c in zip(plan.shape, plan.chunks, strict=True))
+    grid = math.prod(chunk_grid(plan.shape, plan.chunks))
     if len(found) != grid or any(size != chunk_bytes for _, size, _ in found):
         raise Unsupported(f"HDF5 allocated {len(found)} chunks for a grid of {grid}")
     return [(offset, size, ChunkPart(plan.id, tuple(
