@@ -26,6 +26,9 @@ command on a fresh mount with the page cache dropped; the groups
   it stats every ``D.h5`` and ``D.json``) and of ``/home/admin/`` (which
   holds ``walk10k.h5``, ``walk100k.h5``, ``walk2k.h5`` and ``folder20/``),
   each with ``D.h5`` views (the default) and with ``-o h5view=off``;
+- ``h5open``: h5py's first open of walk10k.h5's ``D.h5`` (a process of its
+  own; the ``stat``, the plan and the build of the file included), against
+  h5py making the same skeleton in memory (``bench.skeleton_peer``);
 - ``s3`` (unless ``--no-s3``): a moto S3 server on loopback, ``walk2k.h5``
   written to it and scanned by a real HSDS running on moto (moto keeps
   everything in memory, so this is redone in every run, about 3 minutes),
@@ -43,7 +46,7 @@ mount of the same domain (3x after the writes); at most 0.01 storage
 requests per object with a current summary; walk100k at most 11x walk10k
 with a peak RSS within the cache budgets (`chunk_cache` and `meta_cache`, from
 the mount options) + 150 MiB;
-the ratio to ``visititems`` is reported only.
+the ratios to ``visititems`` and to ``bench.skeleton_peer`` are reported only.
 
 Everything runs sequentially in the driver's one thread; every mount is
 unmounted with ``fusermount3 -u`` and every server it starts (h5mount
@@ -192,6 +195,12 @@ def new_cases() -> dict[str, WalkCase]:
                  objects=home_objects),
         WalkCase("home_off", "ls -l home h5view=off", "the same with `-o h5view=off`",
                  objects=home_objects),
+        WalkCase("o10k_open", "walk10k D.h5 first open", "h5py opening walk10k.h5's `D.h5` "
+                 f"(a process of its own: `stat`, plan, build, open), {fresh}",
+                 objects=_objects(walkdata.WALK10K)),
+        WalkCase("o10k_peer", "h5py skeleton 10k", "h5py making the same skeleton in memory "
+                 "(`bench.skeleton_peer`: core driver, no elements, a process of its own)",
+                 objects=_objects(walkdata.WALK10K)),
         *_walk_cases("s2k", "walk2k S3", "walk2k.h5 on S3 (moto on loopback), fresh "
                      "`h5mount s3://walk`, page cache dropped", _objects(walkdata.WALK2K)),
         *_walk_cases("sa2k", "walk2k S3 after writes", "walk2k.h5 on S3 after the same "
@@ -228,6 +237,8 @@ TARGETS: tuple[Target, ...] = (
     *_both("walk10k local / h5pyd visititems (reported)", "l10k", "visit", one_peer=True),
     *_both("walk2k local / memtree 2k (reported)", "l2k", "m2k"),
     *_both("walk10k after writes / walk10k (reported)", "a10k", "l10k"),
+    Target("walk10k D.h5 first open / h5py making its skeleton (reported)", "o10k_open",
+           peer="o10k_peer"),
 )
 
 
@@ -520,6 +531,25 @@ def run_folders(run: Run) -> None:
                     break
 
 
+def run_h5open(run: Run) -> None:
+    """h5py's first open of walk10k.h5's ``D.h5``, and h5py making its skeleton in memory."""
+    opener = "import sys, h5py; h5py.File(sys.argv[1]).close()"
+    peer = Server(Path("/"), "peer", None, Path(os.devnull))
+    for _ in range(run.repeat):
+        case = run.cases["o10k_open"]
+        drop_caches_noted(case)
+        with run.local() as server:
+            view = f"{in_domain(walkdata.WALK10K)(server.mountpoint)}.h5"
+            try:
+                measure(run, case, [sys.executable, "-c", opener, view], server)
+            except CommandTimeout as exc:
+                _note_once(case, f"{exc}; the runs after it were skipped")
+                break
+        measure(run, run.cases["o10k_peer"],
+                [sys.executable, "-m", "bench.skeleton_peer",
+                 str(walkdata.LINKS[walkdata.WALK10K])], peer)
+
+
 def run_s3(run: Run) -> None:
     """walk2k.h5 on moto, scanned by an HSDS on moto; its walks, then the writes and again."""
     with MotoServer() as moto:
@@ -553,6 +583,7 @@ GROUPS: dict[str, tuple[Callable[[Run], None], tuple[str, ...]]] = {
     "big": (run_big, ("l100k_find", "l100k_lsr")),
     "visit": (run_visit, ("visit",)),
     "folders": (run_folders, ("f20_on", "f20_off", "home_on", "home_off")),
+    "h5open": (run_h5open, ("o10k_open", "o10k_peer")),
     "s3": (run_s3, ("s2k_find", "s2k_lsr", "sa2k_find", "sa2k_lsr")),
 }
 

@@ -19,6 +19,7 @@ import h5py
 import numpy as np
 import pytest
 
+from layouts.hdf5._bound import size_bound
 from layouts.hdf5._image import (
     LEFT_OUT_ATTR,
     PAGE,
@@ -73,7 +74,11 @@ def _file(image: FileImage, elements: Mapping[str | ChunkPart, bytes]) -> h5py.F
 
 def _open(skeleton: Skeleton, elements: Mapping[str | ChunkPart, bytes] | None = None
           ) -> tuple[h5py.File, list[str]]:
-    image = build_image(skeleton)
+    """The file of ``skeleton`` as the mount serves it: as long as its
+    ``size_bound`` (so each test's ``left_out`` also says the bound held)."""
+    size = size_bound(skeleton)
+    image = build_image(skeleton, size)
+    assert image.size == size
     return _file(image, elements or {}), image.left_out
 
 

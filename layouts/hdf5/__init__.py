@@ -5,7 +5,8 @@ type JSON and the model's element types (``_types``), the filter pipeline of
 stored chunks (``_filters``) and the bounded decoders it runs (``_inflate``,
 with Blosc-zlib frames through libdeflate in ``_blosc``, and LZF in
 ``_lzf``), chunk stores over data that stays in an HDF5 file, read by byte
-range (``_linked``), and the writer of HDF5 file images (``_image``). Formats
+range (``_linked``), the writer of HDF5 file images (``_image``) and the
+bound on their length known before they are written (``_bound``). Formats
 and the tree import the names below; the modules inside are private to this
 package.
 
@@ -13,6 +14,7 @@ Concurrency: pure functions and immutable values, except the linked chunk
 stores, whose rules are in ``_linked``.
 """
 
+from layouts.hdf5._bound import size_bound
 from layouts.hdf5._filters import check_for_hdf5, filter_classes, pipeline, stored_limit
 from layouts.hdf5._image import (
     AttrPlan,
@@ -77,6 +79,7 @@ __all__ = [
     "parse_type",
     "parsed_type",
     "pipeline",
+    "size_bound",
     "stored_limit",
     "unblosc",
     "unlz4",

@@ -541,22 +541,14 @@ class _Writer:
         if plan.shape == ():
             return h5s.create(h5s.SCALAR)
         shape, maxshape = plan.shape, plan.maxshape or plan.shape
-        maxdims = tuple(h5s.UNLIMITED if m is None else m for m in maxshape)
-        if chunked(plan):
-            assert plan.chunks is not None
-            dcpl.set_chunk(plan.chunks)
-            return h5s.create_simple(shape, maxdims)
-        if maxshape == shape:
-            return h5s.create_simple(shape)
-        if plan.stored is None and _takes_chunks(plan):
-            assert plan.chunks is not None
-            dcpl.set_chunk(plan.chunks)
-            return h5s.create_simple(shape, maxdims)
-        if (plan.stored or 0) < MAX_CHUNK_BYTES:
-            dcpl.set_chunk(tuple(max(1, n) for n in shape))
-            return h5s.create_simple(shape, maxdims)
-        self.left_out.append(f"{plan.path}: maxshape {list(maxshape)} not kept (its one "
-                             f"chunk of {plan.stored} bytes would pass HDF5's 4 GiB)")
+        chunks = storage_chunks(plan)
+        if chunks is not None:
+            dcpl.set_chunk(chunks)
+            return h5s.create_simple(
+                shape, tuple(h5s.UNLIMITED if m is None else m for m in maxshape))
+        if maxshape != shape:
+            self.left_out.append(f"{plan.path}: maxshape {list(maxshape)} not kept (its one "
+                                 f"chunk of {plan.stored} bytes would pass HDF5's 4 GiB)")
         return h5s.create_simple(shape)
 
     def embedded(self, parent: Any, name: bytes, lcpl: Any, plan: ObjPlan) -> Any:
@@ -673,6 +665,26 @@ class _Writer:
                 group.links.create_external(name, _bytes(link.file),
                                             _bytes(link.target),
                                             lcpl=lcpl)
+
+
+def storage_chunks(plan: ObjPlan) -> tuple[int, ...] | None:
+    """The chunk shape the file gives a dataset of rank one or more (None:
+    contiguous); see ``_Writer.space``."""
+    shape = plan.shape
+    if not shape:
+        return None
+    if chunked(plan):
+        assert plan.chunks is not None
+        return tuple(plan.chunks)
+    maxshape = plan.maxshape or shape
+    if tuple(maxshape) == tuple(shape):
+        return None
+    if plan.stored is None and _takes_chunks(plan):
+        assert plan.chunks is not None
+        return tuple(plan.chunks)
+    if (plan.stored or 0) < MAX_CHUNK_BYTES:
+        return tuple(max(1, n) for n in shape)
+    return None
 
 
 def _takes_chunks(plan: ObjPlan) -> bool:
@@ -792,6 +804,9 @@ MAX_CHUNK_BYTES = (1 << 32) - 1
 MAX_CHUNKS = 65_536
 #: The page a reader's page cache reads whole, and the file's space pages.
 PAGE = 4096
+#: Most bytes and lines of ``LEFT_OUT_ATTR`` (``FileImage.left_out`` has them all).
+LEFT_OUT_BYTES = 8 << 10
+LEFT_OUT_LINES = 64
 _FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyError)
 
 
@@ -802,19 +817,57 @@ def _refers(tj: Any) -> bool:
         return False
 
 
-def build_image(skeleton: Skeleton, scratch: str | None = None) -> FileImage:
+def build_image(skeleton: Skeleton, size: int | None = None,
+                scratch: str | None = None) -> FileImage:
     """The HDF5 file of ``skeleton`` (``FileImage``), with what it leaves out
     (``skeleton.left_out`` and what could not be written).
+
+    With ``size`` (the skeleton's ``size_bound``, promised before the build)
+    the file is exactly that long: zeros follow HDF5's end of file. Should
+    HDF5 write more, the file keeps the objects made first, as many as fit,
+    and says so in ``left_out``.
 
     The file is written in a directory of its own under ``scratch`` (the
     system's temporary directory if None) and removed once read back: the
     places of the datasets' elements are allocated but never written, so it
     takes the disk only its written bytes.
     """
-    with tempfile.TemporaryDirectory(prefix="h5mount-view-", dir=scratch) as where:
-        path = os.path.join(where, "view.h5")
-        regions, left_out = _write(skeleton, path)
-        return _read_back(path, regions, left_out)
+    plan = skeleton
+    while True:
+        with tempfile.TemporaryDirectory(prefix="h5mount-view-", dir=scratch) as where:
+            path = os.path.join(where, "view.h5")
+            regions, left_out = _write(plan, path)
+            image = _read_back(path, regions, left_out)
+        if size is None or image.size <= size:
+            break
+        if len(plan.objects) <= 1:
+            raise Unsupported(f"the file takes {image.size} bytes, over the {size} promised")
+        keep = min(len(plan.objects) - 1,
+                   max(1, int(len(plan.objects) * size / image.size * 0.9)))
+        plan = Skeleton(skeleton.objects[:keep], skeleton.links, [
+            *skeleton.left_out,
+            f"/: the file holds the first {keep} objects found (breadth first): HDF5 "
+            f"wrote {image.size} bytes of the {len(plan.objects)}, over the {size} "
+            "its length was computed as"])
+    if size is None or image.size == size:
+        return image
+    return FileImage(size, [*image.starts, image.size], [*image.parts, size - image.size],
+                     image.left_out)
+
+
+def _notes(lines: list[str]) -> list[str]:
+    """``LEFT_OUT_ATTR``'s value: the lines of ``left_out`` that fit in
+    ``LEFT_OUT_BYTES`` and ``LEFT_OUT_LINES``, then how many more there are."""
+    kept: list[str] = []
+    used = 0
+    for line in lines:
+        used += len(_bytes(line))
+        if used > LEFT_OUT_BYTES - 256 or len(kept) == LEFT_OUT_LINES - 1:
+            kept.append(f"... and {len(lines) - len(kept)} more (the daemon's log lists "
+                        "them all)")
+            break
+        kept.append(line)
+    return kept
 
 
 def _write(skeleton: Skeleton, path: str
@@ -852,7 +905,7 @@ def _write(skeleton: Skeleton, path: str
             writer.attributes(plan)
         writer.scales(made)
         if writer.left_out:
-            f.attrs.create(LEFT_OUT_ATTR, writer.left_out, dtype=h5py.string_dtype())
+            f.attrs.create(LEFT_OUT_ATTR, _notes(writer.left_out), dtype=h5py.string_dtype())
     return writer.regions, writer.left_out
 
 

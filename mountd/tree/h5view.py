@@ -29,13 +29,16 @@ build takes. External links to domains of this mount lead to those
 domains' ``D.h5`` views; others are left out, so no path a bucket controls
 leads an HDF5 tool to the host's files.
 
-Size: ``st_size`` is the file's length, elements included, so the first
-``stat`` or ``open`` builds the image (docs/CONTRACT.md, "File attributes");
-a listing gives the kept size, or a stand-in the kernel does not keep.
+Size: ``st_size`` is the file's length, elements included, computed from
+the plan before anything is written (``layouts.hdf5.size_bound``, an upper
+bound on what HDF5 writes; the file ends in zeros past HDF5's end of file).
+So the first ``stat`` plans the file (it reads the domain's metadata) and
+keeps the plan; the first ``open`` builds it. A listing gives the kept size,
+or a stand-in the kernel does not keep (docs/CONTRACT.md, "File attributes").
 
-Concurrency: one build per domain at a time (others wait for its event and
-read the kept image) and one worker thread for all builds; the LRU changes
-only in synchronous calls. A handle opens a dataset's reader once, at the
+Concurrency: one plan or build per domain at a time (others wait for its
+event and read what it kept) and one worker thread for all builds; the LRU
+of plans and images changes only in synchronous calls. A handle opens a dataset's reader once, at the
 first read of its elements, and closes them all when it is released.
 """
 
@@ -65,6 +68,7 @@ from layouts.hdf5 import (
     build_image,
     external_ok,
     parsed_type,
+    size_bound,
 )
 from layouts.model import (
     AnyObject,
@@ -103,6 +107,8 @@ DEFAULT_OBJECTS = 100_000
 IMAGE_BUDGET = 256 << 20
 #: Rough bytes one model object kept with an image costs.
 _OBJECT_BYTES = 1024
+#: Rough bytes one object of a plan costs.
+_PLAN_BYTES = 512
 #: Rough bytes one part of an image costs besides the bytes it holds.
 _PART_BYTES = 160
 #: Bytes one embedded reference, or the bookkeeping of one embedded element, counts.
@@ -112,12 +118,35 @@ _NPY = NpyView()
 
 
 @dataclass(frozen=True, slots=True)
-class _Image:
-    file: FileImage
-    #: The objects the image was planned from, as (id, object).
+class _Plan:
+    """A domain's skeleton, planned and not yet built, and its file's length."""
+
+    skeleton: Skeleton
+    size: int
+    #: The objects it was planned from, as (id, object).
     seen: list[tuple[str, AnyObject]]
     #: Where each dataset whose elements the file keeps was read from, by id.
     sources: dict[str, ObjPath]
+
+    @property
+    def cost(self) -> int:
+        """Bytes charged to ``IMAGE_BUDGET``: the plan's objects and the
+        model objects it keeps alive past the metadata cache's own budget."""
+        return (_PLAN_BYTES * len(self.skeleton.objects)
+                + _OBJECT_BYTES * len(self.seen))
+
+
+@dataclass(frozen=True, slots=True)
+class _Image:
+    """A domain's file, built (``file.size`` is the planned length)."""
+
+    file: FileImage
+    seen: list[tuple[str, AnyObject]]
+    sources: dict[str, ObjPath]
+
+    @property
+    def size(self) -> int:
+        return self.file.size
 
     @property
     def cost(self) -> int:
@@ -129,16 +158,17 @@ class _Image:
 
 
 class H5Views:
-    """The ``D.h5`` images of one mount at ``mountpoint`` (absolute)."""
+    """The ``D.h5`` files of one mount at ``mountpoint`` (absolute): planned
+    (their length known) or built, kept while current."""
 
     def __init__(self, mountpoint: str, inline: int = DEFAULT_INLINE,
                  most_objects: int = DEFAULT_OBJECTS) -> None:
         self.mountpoint = mountpoint
         self.inline = inline
         self.most_objects = most_objects
-        self._images: OrderedDict[Hashable, _Image] = OrderedDict()
+        self._kept: OrderedDict[Hashable, _Plan | _Image] = OrderedDict()
         self._used = 0
-        self._building: dict[Hashable, trio.Event] = {}
+        self._busy: dict[Hashable, trio.Event] = {}
         self._thread = trio.CapacityLimiter(1)
 
     @classmethod
@@ -149,51 +179,72 @@ class H5Views:
         return cls(os.path.abspath(config.mountpoint), config.h5view_inline,
                    config.h5view_objects)
 
-    def kept(self, tree: Tree, domain: Domain) -> _Image | None:
-        """The image of ``domain`` if everything it came from is current in ``tree``."""
-        image = self._images.get(domain.path)
-        if image is None or not tree.all_fresh(domain, image.seen):
+    def kept(self, tree: Tree, domain: Domain) -> _Plan | _Image | None:
+        """The plan or image of ``domain`` if everything it came from is
+        current in ``tree``."""
+        kept = self._kept.get(domain.path)
+        if kept is None or not tree.all_fresh(domain, kept.seen):
             return None
-        self._images.move_to_end(domain.path)
-        return image
+        self._kept.move_to_end(domain.path)
+        return kept
+
+    async def size(self, tree: Tree, domain: Domain) -> int:
+        """The length of the file of ``domain``: kept, or planned now (the
+        file is not written: ``size_bound``)."""
+        return (await self._get(tree, domain, build=False)).size
 
     async def image(self, tree: Tree, domain: Domain) -> _Image:
-        """The image of ``domain``: kept, or planned from ``tree`` now and kept."""
-        key = domain.path
-        while (pending := self._building.get(key)) is not None:
-            await pending.wait()
-        kept = self.kept(tree, domain)
-        if kept is not None:
-            return kept
-        done = self._building[key] = trio.Event()
-        try:
-            started = time.monotonic()
-            planner = _Planner(self, tree, domain)
-            skeleton = await planner.plan()
-            planned = time.monotonic()
-            async with self._thread:
-                file = await trio.to_thread.run_sync(build_image, skeleton)
-            log.info("built the HDF5 view of %s: %d objects, %d bytes (%d written), %d left "
-                     "out; %.2f s reading metadata, %.2f s writing", domain.path or "/",
-                     len(skeleton.objects), file.size, file.written, len(file.left_out),
-                     planned - started, time.monotonic() - planned)
-            for line in file.left_out:
-                log.info("HDF5 view of %s leaves out %s", domain.path or "/", line)
-            image = _Image(file, planner.seen, planner.sources)
-            self._keep(key, image)
-        finally:
-            del self._building[key]
-            done.set()
+        """The file of ``domain``: kept, or built now (from its kept plan, or
+        from one made now) and kept."""
+        image = await self._get(tree, domain, build=True)
+        assert isinstance(image, _Image)
         return image
 
-    def _keep(self, key: Hashable, image: _Image) -> None:
-        old = self._images.pop(key, None)
+    async def _get(self, tree: Tree, domain: Domain, *, build: bool) -> _Plan | _Image:
+        key = domain.path
+        while (pending := self._busy.get(key)) is not None:
+            await pending.wait()
+        kept = self.kept(tree, domain)
+        if kept is not None and (isinstance(kept, _Image) or not build):
+            return kept
+        done = self._busy[key] = trio.Event()
+        try:
+            plan = kept if isinstance(kept, _Plan) else await self._plan(tree, domain)
+            made = await self._build(domain, plan) if build else plan
+            self._keep(key, made)
+        finally:
+            del self._busy[key]
+            done.set()
+        return made
+
+    async def _plan(self, tree: Tree, domain: Domain) -> _Plan:
+        started = time.monotonic()
+        planner = _Planner(self, tree, domain)
+        skeleton = await planner.plan()
+        size = await trio.to_thread.run_sync(size_bound, skeleton)
+        log.info("planned the HDF5 view of %s: %d objects, %d bytes; %.2f s",
+                 domain.path or "/", len(skeleton.objects), size, time.monotonic() - started)
+        return _Plan(skeleton, size, planner.seen, planner.sources)
+
+    async def _build(self, domain: Domain, plan: _Plan) -> _Image:
+        started = time.monotonic()
+        async with self._thread:
+            file = await trio.to_thread.run_sync(build_image, plan.skeleton, plan.size)
+        log.info("built the HDF5 view of %s: %d objects, %d bytes (%d written), %d left "
+                 "out; %.2f s", domain.path or "/", len(plan.skeleton.objects), file.size,
+                 file.written, len(file.left_out), time.monotonic() - started)
+        for line in file.left_out:
+            log.info("HDF5 view of %s leaves out %s", domain.path or "/", line)
+        return _Image(file, plan.seen, plan.sources)
+
+    def _keep(self, key: Hashable, kept: _Plan | _Image) -> None:
+        old = self._kept.pop(key, None)
         if old is not None:
             self._used -= old.cost
-        self._images[key] = image
-        self._used += image.cost
-        while self._used > IMAGE_BUDGET and len(self._images) > 1:
-            _, dropped = self._images.popitem(last=False)
+        self._kept[key] = kept
+        self._used += kept.cost
+        while self._used > IMAGE_BUDGET and len(self._kept) > 1:
+            _, dropped = self._kept.popitem(last=False)
             self._used -= dropped.cost
 
     def path_of(self, names: tuple[str, ...]) -> str:
@@ -405,22 +456,22 @@ class H5ViewFile(InDomain, FileNode):
 
     async def stat(self) -> Stat:
         domain = await self._domain()
-        return self._stat(domain, (await self.views.image(self.tree, domain)).file.size)
+        return self._stat(domain, await self.views.size(self.tree, domain))
 
     async def listed(self) -> Stat:
         domain = await self._domain()
         kept = self.views.kept(self.tree, domain)
         if kept is None:
             return self._stat(domain, 0, exact=False)
-        return self._stat(domain, kept.file.size)
+        return self._stat(domain, kept.size)
 
     async def open(self) -> FileHandle:
-        """A file built only now is read past the page cache: the kernel may
-        hold a stand-in size from a listing."""
+        """A file whose length was not known before is read past the page
+        cache: the kernel may hold a stand-in size from a listing."""
         domain = await self._domain()
-        kept = self.views.kept(self.tree, domain)
-        image = kept if kept is not None else await self.views.image(self.tree, domain)
-        return H5ViewHandle(self.tree, image, direct_io=kept is None,
+        known = self.views.kept(self.tree, domain) is not None
+        image = await self.views.image(self.tree, domain)
+        return H5ViewHandle(self.tree, image, direct_io=not known,
                             keep_cache=self.tree.keep_pages(self.key))
 
 
