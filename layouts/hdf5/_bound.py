@@ -202,7 +202,9 @@ class _Tally:
             self.chunk_pages += -(-count // (PAGE // nbytes))
         node = 24 + (2 * _CHUNK_NODE_ENTRIES + 1) * (8 + 8 * (rank + 1)) \
             + 2 * _CHUNK_NODE_ENTRIES * 8
-        self.meta.add(node, 2 + 2 * -(-count // _CHUNK_NODE_ENTRIES))
+        leaves = -(-count // _CHUNK_NODE_ENTRIES)
+        self.meta.add(node, 1 if count <= 2 * _CHUNK_NODE_ENTRIES
+                      else 1 + leaves + -(-leaves // (_CHUNK_NODE_ENTRIES - 1)))
 
     def collections(self) -> int:
         """Bytes of the global heap collections: objects too large for a
@@ -239,10 +241,13 @@ def size_bound(skeleton: Skeleton) -> int:
             messages += _type_bytes(plan.hdf5)
         else:
             messages += _dataset(tally, plan)
-        if plan.parent is None:  # LEFT_OUT_ATTR, whatever the build leaves out
-            messages += 2 * _MESSAGE + 64 + 16 * LEFT_OUT_LINES
-            tally.heap += [_HEAP_OBJECT + LEFT_OUT_BYTES // LEFT_OUT_LINES] * LEFT_OUT_LINES
-        tally.meta.add(_PREFIX + max(_HEADER, messages + messages // 2))
+        # Messages past the first chunk go to continuation chunks, each with
+        # its continuation message and the gaps left where messages moved.
+        more = messages - _HEADER
+        tally.meta.add(_PREFIX + _HEADER + (more + more // 2 + 32 if more > 0 else 0))
+    # LEFT_OUT_ATTR, whatever the build leaves out: a continuation of the root's header
+    tally.meta.add(2 * _MESSAGE + 64 + 16 * LEFT_OUT_LINES + 32)
+    tally.heap += [_HEAP_OBJECT + LEFT_OUT_BYTES // LEFT_OUT_LINES] * LEFT_OUT_LINES
     return tally.total()
 
 
