@@ -20,18 +20,16 @@ import numpy as np
 import pytest
 
 from layouts.hdf5._bound import size_bound
-from layouts.hdf5._image import (
+from layouts.hdf5._image import ChunkPart, FileImage, build_image
+from layouts.hdf5._plan import (
     LEFT_OUT_ATTR,
     PAGE,
     AttrPlan,
-    ChunkPart,
-    FileImage,
     LinkPlan,
     ObjPlan,
     PlanRef,
     Skeleton,
     Unsupported,
-    build_image,
     infer,
 )
 from layouts.model import LinkKind, ObjectKind
@@ -76,9 +74,9 @@ def _open(skeleton: Skeleton, elements: Mapping[str | ChunkPart, bytes] | None =
           ) -> tuple[h5py.File, list[str]]:
     """The file of ``skeleton`` as the mount serves it: as long as its
     ``size_bound`` (so each test's ``left_out`` also says the bound held)."""
-    size = size_bound(skeleton)
-    image = build_image(skeleton, size)
-    assert image.size == size
+    bound = size_bound(skeleton)
+    image = build_image(skeleton, bound)
+    assert image.size == bound.size
     return _file(image, elements or {}), image.left_out
 
 

@@ -5,8 +5,9 @@ type JSON and the model's element types (``_types``), the filter pipeline of
 stored chunks (``_filters``) and the bounded decoders it runs (``_inflate``,
 with Blosc-zlib frames through libdeflate in ``_blosc``, and LZF in
 ``_lzf``), chunk stores over data that stays in an HDF5 file, read by byte
-range (``_linked``), the writer of HDF5 file images (``_image``) and the
-bound on their length known before they are written (``_bound``). Formats
+range (``_linked``), the plan of a file image and where its elements go
+(``_plan``), the writer of HDF5 file images (``_image``) and the bound on
+their length known before they are written (``_bound``). Formats
 and the tree import the names below; the modules inside are private to this
 package.
 
@@ -16,17 +17,7 @@ stores, whose rules are in ``_linked``.
 
 from layouts.hdf5._bound import size_bound
 from layouts.hdf5._filters import check_for_hdf5, filter_classes, pipeline, stored_limit
-from layouts.hdf5._image import (
-    AttrPlan,
-    ChunkPart,
-    FileImage,
-    LinkPlan,
-    ObjPlan,
-    PlanRef,
-    Skeleton,
-    build_image,
-    external_ok,
-)
+from layouts.hdf5._image import ChunkPart, FileImage, build_image, external_ok
 from layouts.hdf5._inflate import (
     MAX_VLEN_CHUNK_BYTES,
     blosc_sizes,
@@ -47,12 +38,14 @@ from layouts.hdf5._linked import (
     Piece,
     location,
 )
+from layouts.hdf5._plan import AttrPlan, Bound, LinkPlan, ObjPlan, PlanRef, Skeleton
 from layouts.hdf5._types import MAX_TYPE_DEPTH, HType, element_type, parse_type, parsed_type
 
 __all__ = [
     "MAX_TYPE_DEPTH",
     "MAX_VLEN_CHUNK_BYTES",
     "AttrPlan",
+    "Bound",
     "ChunkMap",
     "ChunkPart",
     "ChunkedRefStore",

@@ -3,24 +3,32 @@
 Owns ``size_bound``: an upper bound on the bytes ``layouts.hdf5._image``
 writes for a ``Skeleton``, computed from the plan alone, so that the size of
 a ``D.h5`` view is known from the domain's metadata without running HDF5.
-The image is then padded with zeros to that length (past HDF5's end of
-file, which every HDF5 reader allows), and a file that would pass it keeps
-fewer objects (``build_image``), so the length promised is the length served.
+The bound is a ``Bound``: the file's length, and the block at its start set
+aside for its metadata. The image is padded with zeros to that length (past
+HDF5's end of file, which every HDF5 reader allows), and a file that would
+pass it keeps fewer objects (``build_image``), so the length promised is
+the length served.
 
 The bound follows the file's layout (``_image._write``: ``libver="earliest"``,
-version 1 object headers, symbol-table groups, version 1 chunk B-trees,
-paged file space in ``PAGE``-byte pages):
+version 1 object headers, symbol-table groups, version 1 chunk B-trees; one
+metadata block first, then the elements and the global heap, every
+allocation of ``PAGE`` bytes or more aligned to a page):
 
-* the elements are counted as the library places them: a contiguous place
-  or chunk of at least a page starts on a page and takes whole pages; the
-  equal chunks of one dataset smaller than a page fill pages of their own
-  in turn; other places smaller than a page share pages, each page but the
-  last one more than ``PAGE - largest`` bytes full and more than half full;
 * metadata (object headers, attribute messages, symbol tables and their
-  heaps, chunk indexes, global heap collections) is counted message by
-  message from the format's sizes, rounded up, and doubled: small metadata
-  shares pages and headers grow by continuation, neither wasting more than
-  the bytes used.
+  heaps, chunk indexes) is counted message by message from the format's
+  sizes, rounded up, with room for what HDF5 moves (a header's continuation
+  chunks, a heap's old blocks), a page for each piece that is aligned, and
+  a quarter more: the block must hold it all, or HDF5 starts another one
+  after the elements;
+* the elements are counted as the library places them: a place of a page
+  or more on a page of its own; one under 2 KiB in HDF5's small-data blocks
+  (2 KiB each: the equal chunks of one dataset fill blocks in turn; of the
+  other places, every block but the last is more than half full unless its
+  last request was over half a block); others as they are, with a page of
+  alignment for each run of them before an aligned place;
+* the global heap (variable-length values) in collections of a page, every
+  one but the last more than half full, and one of its own for a value too
+  large for one.
 
 The tests hold it to the files actually written (``tests/test_h5bound.py``).
 
@@ -37,23 +45,25 @@ import numpy as np
 import orjson
 
 from layouts.errors import FormatError
-from layouts.hdf5._image import (
+from layouts.hdf5._plan import (
     LEFT_OUT_BYTES,
     LEFT_OUT_LINES,
     PAGE,
     AttrPlan,
+    Bound,
     ObjPlan,
     Skeleton,
     Unsupported,
     infer,
-    parsed_type,
     storage_chunks,
 )
-from layouts.hdf5._types import HType
+from layouts.hdf5._types import HType, parsed_type
 from layouts.model import LinkKind, ObjectKind, chunk_grid
 
-#: The superblock, its extension, the root group and the file's first pages.
-_BASE = 6 * PAGE
+#: The superblock and the root group's entry in it, rounded up.
+_BASE = 2 * PAGE
+#: HDF5's small-data block (``H5Pset_small_data_block_size``'s default).
+_SMALL_BLOCK = 2048
 #: Bytes of messages an object header holds when made (more need another chunk).
 _HEADER = 256
 #: One object header's prefix (version 1).
@@ -158,29 +168,58 @@ def _heap_objects(value: Any, out: list[int]) -> None:
         out.append(_HEAP_OBJECT + 8)
 
 
-class _Pool:
-    """Allocations of one kind of file space, and how many bytes of pages
-    they take at most: one of half a page or more starts on a page and
-    takes whole pages; smaller ones share pages, every page but the last
-    one more than ``PAGE - largest`` bytes full, and more than half full."""
+class _Meta:
+    """The metadata of a file, piece by piece: pieces of a page or more are
+    aligned to a page (a fragment before each)."""
 
     def __init__(self) -> None:
-        self.pages = 0
-        self.small = 0
-        self.largest = 0
+        self.bytes = 0
 
     def add(self, nbytes: int, count: int = 1) -> None:
-        if nbytes >= PAGE // 2:
+        self.bytes += count * (nbytes + PAGE if nbytes >= PAGE else nbytes)
+
+    def block(self) -> int:
+        """The metadata block: what was counted, a quarter more, and the superblock."""
+        return _pages(_BASE + self.bytes + self.bytes // 4)
+
+
+class _Raw:
+    """The allocations after the metadata block (elements and global heap
+    collections), and how far they reach at most."""
+
+    def __init__(self) -> None:
+        #: Aligned allocations (a page or more): their pages, and how many.
+        self.pages = 0
+        self.aligned = 0
+        #: Allocations under ``_SMALL_BLOCK``, from HDF5's small-data blocks:
+        #: single ones (their bytes, and how many are over half a block), and
+        #: the blocks runs of equal ones (a dataset's chunks) fill in turn.
+        self.small = 0
+        self.over_half = 0
+        self.filled = 0
+        #: Allocations from ``_SMALL_BLOCK`` to a page: their bytes, and how many.
+        self.middle = 0
+        self.middles = 0
+
+    def add(self, nbytes: int, count: int = 1) -> None:
+        if nbytes >= PAGE:
             self.pages += count * _pages(nbytes)
+            self.aligned += count
+        elif nbytes >= _SMALL_BLOCK:
+            self.middle += count * nbytes
+            self.middles += count
+        elif nbytes > 0 and count > 1:
+            self.filled += -(-count // (_SMALL_BLOCK // nbytes))
         elif nbytes > 0:
-            self.small += count * nbytes
-            self.largest = max(self.largest, nbytes)
+            self.small += nbytes
+            if nbytes > _SMALL_BLOCK // 2:
+                self.over_half += 1
 
     def total(self) -> int:
-        if not self.small:
-            return self.pages
-        return self.pages + PAGE * (1 + min(-(-2 * self.small // PAGE),
-                                            -(-self.small // (PAGE - self.largest))))
+        blocks = self.filled + (1 + -(-2 * self.small // _SMALL_BLOCK) + self.over_half
+                                if self.small else 0)
+        runs = min(self.aligned + 1, blocks + self.middles)
+        return self.pages + self.middle + _SMALL_BLOCK * blocks + PAGE * runs
 
 
 class _Tally:
@@ -188,42 +227,40 @@ class _Tally:
     collections), and the places of elements."""
 
     def __init__(self) -> None:
-        self.meta = _Pool()
+        self.meta = _Meta()
         self.heap: list[int] = []
-        self.raw = _Pool()
-        #: Pages filled by the equal chunks (under a page) of one dataset each.
-        self.chunk_pages = 0
+        self.raw = _Raw()
 
     def chunks(self, count: int, nbytes: int, rank: int) -> None:
         """``count`` equal chunks of ``nbytes``, and their B-tree."""
-        if nbytes >= PAGE:
-            self.raw.add(nbytes, count)
-        elif nbytes:
-            self.chunk_pages += -(-count // (PAGE // nbytes))
+        self.raw.add(nbytes, count)
         node = 24 + (2 * _CHUNK_NODE_ENTRIES + 1) * (8 + 8 * (rank + 1)) \
             + 2 * _CHUNK_NODE_ENTRIES * 8
         leaves = -(-count // _CHUNK_NODE_ENTRIES)
         self.meta.add(node, 1 if count <= 2 * _CHUNK_NODE_ENTRIES
                       else 1 + leaves + -(-leaves // (_CHUNK_NODE_ENTRIES - 1)))
 
-    def collections(self) -> int:
-        """Bytes of the global heap collections: objects too large for a
-        collection get one of their own; the others fill collections of a
-        page, every one but the last one more than half full."""
+    def collections(self) -> None:
+        """The global heap's collections, as raw allocations: an object too
+        large for a collection gets one of its own; the others fill
+        collections of a page, every one but the last more than half full."""
         big = [n for n in self.heap if n > _COLLECTION // 2 - _COLLECTION_HEADER]
+        for n in big:
+            self.raw.add(n + _COLLECTION_HEADER)
         small = sum(self.heap) - sum(big)
-        pool = sum(_pages(n + _COLLECTION_HEADER) for n in big)
         if small:
-            pool += _COLLECTION * (1 + -(-2 * small // (_COLLECTION - _COLLECTION_HEADER)))
-        return pool
+            self.raw.add(_COLLECTION,
+                         1 + -(-2 * small // (_COLLECTION - _COLLECTION_HEADER)))
 
-    def total(self) -> int:
-        return _pages(_BASE + self.meta.total() + self.collections() + self.raw.total()
-                      + PAGE * self.chunk_pages)
+    def bound(self) -> Bound:
+        self.collections()
+        meta = self.meta.block()
+        return Bound(_pages(meta + self.raw.total()), meta)
 
 
-def size_bound(skeleton: Skeleton) -> int:
-    """Bytes the file of ``skeleton`` takes at most (a multiple of ``PAGE``)."""
+def size_bound(skeleton: Skeleton) -> Bound:
+    """The length of the file of ``skeleton`` (an upper bound on what HDF5
+    writes, a multiple of ``PAGE``) and its metadata block."""
     tally = _Tally()
     links: dict[str, list[tuple[str, LinkKind, str]]] = {}
     for plan in skeleton.objects:
@@ -248,7 +285,7 @@ def size_bound(skeleton: Skeleton) -> int:
     # LEFT_OUT_ATTR, whatever the build leaves out: a continuation of the root's header
     tally.meta.add(2 * _MESSAGE + 64 + 16 * LEFT_OUT_LINES + 32)
     tally.heap += [_HEAP_OBJECT + LEFT_OUT_BYTES // LEFT_OUT_LINES] * LEFT_OUT_LINES
-    return tally.total()
+    return tally.bound()
 
 
 def _group(tally: _Tally, links: list[tuple[str, LinkKind, str]]) -> None:

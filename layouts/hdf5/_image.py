@@ -29,8 +29,9 @@ What a skeleton holds:
 * ``LEFT_OUT_ATTR`` on the root group when anything could not be shown:
   one ``"PATH: reason"`` string per object or attribute.
 
-The file is written with ``libver="earliest"`` and paged file space
-(``_write``), so HDF5 1.10.1 and later open it.
+The file is written with ``libver="earliest"`` (so HDF5 1.8 and later
+open it), its metadata first, in one block as long as ``_bound`` says
+(``_write``).
 
 Concurrency: ``build_image`` is synchronous and blocks on h5py; the tree
 runs it in a worker thread, one at a time (h5py serialises its calls behind
@@ -43,7 +44,7 @@ import math
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
@@ -52,11 +53,26 @@ import orjson
 from h5py import h5a, h5d, h5ds, h5f, h5o, h5p, h5r, h5s, h5t
 
 from layouts.errors import FormatError
+from layouts.hdf5._bound import size_bound
+from layouts.hdf5._plan import (
+    LEFT_OUT_ATTR,
+    LEFT_OUT_BYTES,
+    LEFT_OUT_LINES,
+    PAGE,
+    AttrPlan,
+    Bound,
+    ObjPlan,
+    PlanRef,
+    Skeleton,
+    Unsupported,
+    chunked,
+    flatten,
+    infer,
+    storage_chunks,
+)
 from layouts.hdf5._types import HType, parsed_type
 from layouts.model import LinkKind, ObjectKind, chunk_grid
 
-#: The root attribute that lists what the skeleton leaves out, and why.
-LEFT_OUT_ATTR = "h5mount_left_out"
 #: Attributes the dimension-scale API writes itself (``attach_scale``, ``set_scale``).
 _SCALE_ATTRS = ("DIMENSION_LIST", "REFERENCE_LIST")
 
@@ -65,73 +81,6 @@ _PADS = {
     "H5T_STR_NULLPAD": h5t.STR_NULLPAD,
     "H5T_STR_SPACEPAD": h5t.STR_SPACEPAD,
 }
-
-
-class Unsupported(Exception):
-    """A value or type the skeleton cannot hold; the message says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class PlanRef:
-    """An object reference in a value: the id of an object of the plan, or
-    None for a reference that leads nowhere in it (written as a null reference)."""
-
-    target: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class AttrPlan:
-    """One attribute. ``hdf5`` is the type JSON, or None to infer one from
-    ``value``; ``shape`` is the dataspace (``()`` scalar, None ``H5S_NULL``).
-    Object references in ``value`` are ``PlanRef``s."""
-
-    name: str
-    value: Any
-    hdf5: Any = None
-    shape: tuple[int, ...] | None = ()
-
-
-@dataclass(slots=True)
-class ObjPlan:
-    """One object, created as ``name`` in group ``parent`` (None: the root group).
-
-    Datasets and datatypes have ``hdf5`` (type JSON). A dataset has ``shape``
-    (None: ``H5S_NULL``), ``fill`` (one element's bytes, or None for the
-    library's default) and either ``stored``, the bytes of its elements the
-    file keeps (their C-order raw bytes, which the file's server provides),
-    or ``data`` to embed (its elements in C order, as model values; neither:
-    no elements to store). ``chunks`` is its chunk shape as stored: a stored
-    dataset keeps it where HDF5 allows it (``chunked``), its places then
-    whole chunks; an extendible one that is empty or embedded keeps it too
-    (readers such as PyTables check it).
-    """
-
-    id: str
-    kind: ObjectKind
-    parent: str | None
-    name: str
-    path: str
-    attrs: list[AttrPlan] = field(default_factory=list)
-    hdf5: Any = None
-    shape: tuple[int, ...] | None = ()
-    #: Largest shape, None for an unlimited dimension (None: the shape).
-    maxshape: tuple[int | None, ...] | None = None
-    fill: bytes | None = None
-    stored: int | None = None
-    chunks: tuple[int, ...] | None = None
-    data: list[Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LinkPlan:
-    """A link that is not the first path to an object. HARD: ``target`` is an
-    object id; SOFT: an HDF5 path; EXTERNAL: the object's path in ``file``."""
-
-    group: str
-    name: str
-    kind: LinkKind
-    target: str
-    file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,16 +124,6 @@ class FileImage:
     def part_end(self, index: int) -> int:
         """Where part ``index`` ends."""
         return self.starts[index + 1] if index + 1 < len(self.starts) else self.size
-
-
-@dataclass(slots=True)
-class Skeleton:
-    """A domain's skeleton: ``objects`` in creation order (the root first,
-    every group before what it holds), the other ``links``, and ``left_out``."""
-
-    objects: list[ObjPlan] = field(default_factory=list)
-    links: list[LinkPlan] = field(default_factory=list)
-    left_out: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- types
@@ -296,79 +235,6 @@ def mem_dtype(t: HType) -> np.dtype[Any]:
     if t.cls == "compound" and not has_ref(t):
         return np.dtype([(name, mem_dtype(ft)) for name, ft in t.fields])
     raise Unsupported(f"{t.cls} values of this kind are not copied")
-
-
-# --------------------------------------------------------------------------- inferred types
-
-_VSTR = {"class": "H5T_STRING", "charSet": "H5T_CSET_UTF8", "length": "H5T_VARIABLE"}
-_BOOL = {"class": "H5T_ENUM", "base": "H5T_STD_I8LE",
-         "members": [{"name": "FALSE", "value": 0}, {"name": "TRUE", "value": 1}]}
-_OBJREF = {"class": "H5T_REFERENCE", "base": "H5T_STD_REF_OBJ"}
-
-
-def infer(value: Any) -> tuple[Any, tuple[int, ...]]:
-    """The type JSON and shape h5py would store a plain value with: a string
-    as a variable-length UTF-8 string, an int as int64, a float as float64,
-    a bool as h5py's boolean enum, a reference as an object reference, and
-    nested lists of one kind as an array of it."""
-    shape: list[int] = []
-    level: Any = value
-    while isinstance(level, list):
-        shape.append(len(level))
-        if not level:
-            break
-        level = level[0]
-    leaves: list[Any] = []
-    _leaves(value, len(shape), leaves)
-    if len(leaves) != math.prod(shape):
-        raise Unsupported("a ragged list has no HDF5 type")
-    kinds = {_kind(v) for v in leaves} or {"float"}
-    if kinds == {"int", "float"}:
-        kinds = {"float"}
-    if len(kinds) != 1:
-        raise Unsupported(f"a list mixing {', '.join(sorted(kinds))} has no HDF5 type")
-    tj = {"str": _VSTR, "int": "H5T_STD_I64LE", "float": "H5T_IEEE_F64LE", "bool": _BOOL,
-          "ref": _OBJREF}[kinds.pop()]
-    return tj, tuple(shape)
-
-
-def _leaves(value: Any, depth: int, out: list[Any]) -> None:
-    if depth == 0:
-        out.append(value)
-        return
-    if not isinstance(value, list):
-        raise Unsupported("a ragged list has no HDF5 type")
-    for item in value:
-        _leaves(item, depth - 1, out)
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    if isinstance(value, PlanRef):
-        return "ref"
-    raise Unsupported(f"a {type(value).__name__} value has no HDF5 type")
-
-
-# --------------------------------------------------------------------------- values
-
-
-def flatten(value: Any, shape: tuple[int, ...]) -> list[Any]:
-    """The elements of a value nested as ``shape`` (a scalar for ``()``), in C order."""
-    out: list[Any] = []
-    try:
-        _leaves(value, len(shape), out)
-    except Unsupported:
-        raise Unsupported(f"value is not nested as {list(shape)}") from None
-    if len(out) != math.prod(shape):
-        raise Unsupported(f"value does not have the shape {list(shape)}")
-    return out
 
 
 class _Writer:
@@ -667,54 +533,6 @@ class _Writer:
                                             lcpl=lcpl)
 
 
-def storage_chunks(plan: ObjPlan) -> tuple[int, ...] | None:
-    """The chunk shape the file gives a dataset of rank one or more (None:
-    contiguous); see ``_Writer.space``."""
-    shape = plan.shape
-    if not shape:
-        return None
-    if chunked(plan):
-        assert plan.chunks is not None
-        return tuple(plan.chunks)
-    maxshape = plan.maxshape or shape
-    if tuple(maxshape) == tuple(shape):
-        return None
-    if plan.stored is None and _takes_chunks(plan):
-        assert plan.chunks is not None
-        return tuple(plan.chunks)
-    if (plan.stored or 0) < MAX_CHUNK_BYTES:
-        return tuple(max(1, n) for n in shape)
-    return None
-
-
-def _takes_chunks(plan: ObjPlan) -> bool:
-    """True if HDF5 takes the dataset's ``chunks``: one per dimension, none
-    empty, none larger than a fixed dimension."""
-    shape, chunks = plan.shape, plan.chunks
-    if not shape or chunks is None or len(chunks) != len(shape) or min(chunks) < 1:
-        return False
-    maxshape = plan.maxshape or shape
-    return all(m is None or c <= m for c, m in zip(chunks, maxshape, strict=True))
-
-
-def chunked(plan: ObjPlan) -> bool:
-    """True if a stored dataset keeps its chunk shape: HDF5 takes it (every
-    chunk under 4 GiB, no larger than a fixed dimension), it has at most
-    ``MAX_CHUNKS`` chunks (each is a part of the image, kept in memory), and
-    it is not one chunk of a fixed shape (what HSDS makes of a contiguous
-    dataset: contiguous storage holds the same bytes, and readers such as
-    PyTables tell the two apart)."""
-    shape, chunks = plan.shape, plan.chunks
-    if plan.stored is None or not shape or not math.prod(shape) or not _takes_chunks(plan):
-        return False
-    assert chunks is not None
-    if tuple(chunks) == tuple(shape) and tuple(plan.maxshape or shape) == tuple(shape):
-        return False
-    itemsize = plan.stored // math.prod(shape)
-    count = math.prod(chunk_grid(shape, chunks))
-    return count <= MAX_CHUNKS and math.prod(chunks) * itemsize < MAX_CHUNK_BYTES
-
-
 def _places(dsid: Any, plan: ObjPlan) -> list[tuple[int, int, str | ChunkPart]]:
     """Where the library put the stored elements of a dataset just made:
     one place (contiguous, or its one chunk) or one per chunk."""
@@ -797,16 +615,6 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-#: Bytes one HDF5 chunk must stay under.
-MAX_CHUNK_BYTES = (1 << 32) - 1
-#: Most chunks a stored dataset keeps as chunks (each a part of the image,
-#: about 200 bytes of memory); one with more is contiguous.
-MAX_CHUNKS = 65_536
-#: The page a reader's page cache reads whole, and the file's space pages.
-PAGE = 4096
-#: Most bytes and lines of ``LEFT_OUT_ATTR`` (``FileImage.left_out`` has them all).
-LEFT_OUT_BYTES = 8 << 10
-LEFT_OUT_LINES = 64
 _FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyError)
 
 
@@ -817,42 +625,46 @@ def _refers(tj: Any) -> bool:
         return False
 
 
-def build_image(skeleton: Skeleton, size: int | None = None,
+def build_image(skeleton: Skeleton, bound: Bound | None = None,
                 scratch: str | None = None) -> FileImage:
     """The HDF5 file of ``skeleton`` (``FileImage``), with what it leaves out
     (``skeleton.left_out`` and what could not be written).
 
-    With ``size`` (the skeleton's ``size_bound``, promised before the build)
-    the file is exactly that long: zeros follow HDF5's end of file. Should
-    HDF5 write more, the file keeps the objects made first, as many as fit,
-    and says so in ``left_out``.
+    The file is ``bound.size`` bytes long (the skeleton's ``size_bound`` if
+    None, which is what the tree promised before the build): zeros follow
+    HDF5's end of file. Should HDF5 write more, the file keeps the objects
+    made first, as many as fit, and says so in ``left_out``.
 
     The file is written in a directory of its own under ``scratch`` (the
     system's temporary directory if None) and removed once read back: the
     places of the datasets' elements are allocated but never written, so it
     takes the disk only its written bytes.
     """
-    plan = skeleton
+    if bound is None:
+        bound = size_bound(skeleton)
+    plan, meta = skeleton, bound.meta
     while True:
         with tempfile.TemporaryDirectory(prefix="h5mount-view-", dir=scratch) as where:
             path = os.path.join(where, "view.h5")
-            regions, left_out = _write(plan, path)
+            regions, left_out = _write(plan, path, meta)
             image = _read_back(path, regions, left_out)
-        if size is None or image.size <= size:
+        if image.size <= bound.size:
             break
         if len(plan.objects) <= 1:
-            raise Unsupported(f"the file takes {image.size} bytes, over the {size} promised")
+            raise Unsupported(f"the file takes {image.size} bytes, over the {bound.size} "
+                              "promised")
         keep = min(len(plan.objects) - 1,
-                   max(1, int(len(plan.objects) * size / image.size * 0.9)))
+                   max(1, int(len(plan.objects) * bound.size / image.size * 0.9)))
         plan = Skeleton(skeleton.objects[:keep], skeleton.links, [
             *skeleton.left_out,
             f"/: the file holds the first {keep} objects found (breadth first): HDF5 "
-            f"wrote {image.size} bytes of the {len(plan.objects)}, over the {size} "
+            f"wrote {image.size} bytes of the {len(plan.objects)}, over the {bound.size} "
             "its length was computed as"])
-    if size is None or image.size == size:
+        meta = min(meta, size_bound(plan).meta)
+    if image.size == bound.size:
         return image
-    return FileImage(size, [*image.starts, image.size], [*image.parts, size - image.size],
-                     image.left_out)
+    return FileImage(bound.size, [*image.starts, image.size],
+                     [*image.parts, bound.size - image.size], image.left_out)
 
 
 def _notes(lines: list[str]) -> list[str]:
@@ -870,22 +682,23 @@ def _notes(lines: list[str]) -> list[str]:
     return kept
 
 
-def _write(skeleton: Skeleton, path: str
+def _write(skeleton: Skeleton, path: str, meta: int
            ) -> tuple[list[tuple[int, int, str | ChunkPart]], list[str]]:
     """Write ``skeleton`` as the HDF5 file ``path``; the places of the stored
     elements, and what is left out.
 
-    The file's space is managed in pages (HDF5's paged aggregation, which
-    HDF5 1.10.1 and later read): small metadata and small raw data are
-    gathered in pages of their own, and larger objects start on a page. So
-    a page holds metadata or raw data, never both.
+    The file's metadata goes first, in one block of ``meta`` bytes (HDF5's
+    metadata aggregator: the superblock, object headers, symbol tables, chunk
+    indexes), and the datasets' elements and the global heap follow it,
+    every allocation of a page or more on a page. So a reader of the
+    metadata alone (h5ls, opening a file) reads the start of the file and
+    never a dataset's elements, and no page holds both.
     """
     fapl = h5p.create(h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5f.LIBVER_EARLIEST, h5f.LIBVER_LATEST)
-    fcpl = h5p.create(h5p.FILE_CREATE)
-    fcpl.set_file_space_strategy(h5f.FSPACE_STRATEGY_PAGE, False, 1)
-    fcpl.set_file_space_page_size(PAGE)
-    fid = h5f.create(os.fsencode(path), h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    fapl.set_alignment(PAGE, PAGE)
+    fapl.set_meta_block_size(meta)
+    fid = h5f.create(os.fsencode(path), h5f.ACC_TRUNC, fapl=fapl)
     with h5py.File(fid) as f:
         writer = _Writer(skeleton, f)
         # Embedded elements that are references are written last, when every

@@ -38,8 +38,9 @@ or a stand-in the kernel does not keep (docs/CONTRACT.md, "File attributes").
 
 Concurrency: one plan or build per domain at a time (others wait for its
 event and read what it kept) and one worker thread for all builds; the LRU
-of plans and images changes only in synchronous calls. A handle opens a dataset's reader once, at the
-first read of its elements, and closes them all when it is released.
+of plans and images changes only in synchronous calls. A handle opens a
+dataset's reader once, at the first read of its elements, and closes them
+all when it is released.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import trio
 
 from layouts.hdf5 import (
     AttrPlan,
+    Bound,
     ChunkPart,
     FileImage,
     LinkPlan,
@@ -122,11 +124,15 @@ class _Plan:
     """A domain's skeleton, planned and not yet built, and its file's length."""
 
     skeleton: Skeleton
-    size: int
+    bound: Bound
     #: The objects it was planned from, as (id, object).
     seen: list[tuple[str, AnyObject]]
     #: Where each dataset whose elements the file keeps was read from, by id.
     sources: dict[str, ObjPath]
+
+    @property
+    def size(self) -> int:
+        return self.bound.size
 
     @property
     def cost(self) -> int:
@@ -221,15 +227,16 @@ class H5Views:
         started = time.monotonic()
         planner = _Planner(self, tree, domain)
         skeleton = await planner.plan()
-        size = await trio.to_thread.run_sync(size_bound, skeleton)
+        bound = await trio.to_thread.run_sync(size_bound, skeleton)
         log.info("planned the HDF5 view of %s: %d objects, %d bytes; %.2f s",
-                 domain.path or "/", len(skeleton.objects), size, time.monotonic() - started)
-        return _Plan(skeleton, size, planner.seen, planner.sources)
+                 domain.path or "/", len(skeleton.objects), bound.size,
+                 time.monotonic() - started)
+        return _Plan(skeleton, bound, planner.seen, planner.sources)
 
     async def _build(self, domain: Domain, plan: _Plan) -> _Image:
         started = time.monotonic()
         async with self._thread:
-            file = await trio.to_thread.run_sync(build_image, plan.skeleton, plan.size)
+            file = await trio.to_thread.run_sync(build_image, plan.skeleton, plan.bound)
         log.info("built the HDF5 view of %s: %d objects, %d bytes (%d written), %d left "
                  "out; %.2f s", domain.path or "/", len(plan.skeleton.objects), file.size,
                  file.written, len(file.left_out), time.monotonic() - started)
