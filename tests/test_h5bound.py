@@ -129,12 +129,17 @@ def _many(count: int, **extra: Any) -> Skeleton:
 def _holds(skeleton: Skeleton, bound: Bound) -> int:
     """Check ``bound`` against the file HDF5 writes for ``skeleton`` given
     room to pass it; the length written. The file is never longer, not
-    wastefully shorter, and its metadata (every object header) is in the
-    block set aside for it."""
+    wastefully shorter, its metadata (every object header) is in the block
+    set aside for it, and every dataset's elements are after that block (so
+    a reader of the metadata, and the kernel's readahead around it, reads
+    none of them)."""
     image = build_image(skeleton, Bound(WASTE_FACTOR * bound.size + WASTE_BYTES, bound.meta))
     written = image.starts[-1] if isinstance(image.parts[-1], int) else image.size
     assert bound.size % PAGE == 0 and bound.meta % PAGE == 0
     assert written <= bound.size <= WASTE_FACTOR * written + WASTE_BYTES, (written, bound)
+    places = [start for start, part in zip(image.starts, image.parts, strict=True)
+              if not isinstance(part, bytes | int)]
+    assert min(places, default=bound.meta) >= bound.meta  # the elements after the block
     with _file(image, {}) as f:
         headers: list[int] = []
         f.visit(lambda name: headers.append(h5o.get_info(f[name].id).addr) and None)
