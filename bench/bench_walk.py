@@ -28,12 +28,14 @@ command on a fresh mount with the page cache dropped; the groups
   each with ``D.h5`` views (the default) and with ``-o h5view=off``;
 - ``h5open``: h5py's first open of walk10k.h5's ``D.h5`` (a process of its
   own; the ``stat``, the plan and the build of the file included), against
-  h5py making the same skeleton in memory (``bench.skeleton_peer``);
+  h5py making the same skeleton in memory (``bench.skeleton_peer``), and
+  ``h5ls -r`` of the view (metadata only: its storage requests show whether
+  reading metadata reads elements too);
 - ``s3`` (unless ``--no-s3``): a moto S3 server on loopback, ``walk2k.h5``
   written to it and scanned by a real HSDS running on moto (moto keeps
   everything in memory, so this is redone in every run, about 3 minutes),
-  then the walks of it through ``h5mount s3://walk``, and again after the
-  same writes.
+  then the walks of it through ``h5mount s3://walk`` and ``h5ls -r`` of its
+  ``D.h5``, and the walks again after the same writes.
 
 For every h5mount case it records the wall time, the daemon's CPU seconds
 and peak RSS (VmHWM), the FUSE requests and the storage requests the command
@@ -72,6 +74,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import sys
@@ -198,11 +201,16 @@ def new_cases() -> dict[str, WalkCase]:
         WalkCase("o10k_open", "walk10k D.h5 first open", "h5py opening walk10k.h5's `D.h5` "
                  f"(a process of its own: `stat`, plan, build, open), {fresh}",
                  objects=_objects(walkdata.WALK10K)),
+        WalkCase("o10k_h5ls", "walk10k D.h5 h5ls -r", "`h5ls -r` of walk10k.h5's `D.h5` "
+                 f"(metadata only), {fresh}", objects=_objects(walkdata.WALK10K)),
         WalkCase("o10k_peer", "h5py skeleton 10k", "h5py making the same skeleton in memory "
                  "(`bench.skeleton_peer`: core driver, no elements, a process of its own)",
                  objects=_objects(walkdata.WALK10K)),
         *_walk_cases("s2k", "walk2k S3", "walk2k.h5 on S3 (moto on loopback), fresh "
                      "`h5mount s3://walk`, page cache dropped", _objects(walkdata.WALK2K)),
+        WalkCase("s2k_h5ls", "walk2k S3 D.h5 h5ls -r", "`h5ls -r` of walk2k.h5's `D.h5` on "
+                 "S3 (metadata only), fresh `h5mount s3://walk`, page cache dropped",
+                 objects=_objects(walkdata.WALK2K)),
         *_walk_cases("sa2k", "walk2k S3 after writes", "walk2k.h5 on S3 after the same "
                      "writes, fresh mount, page cache dropped", _objects(walkdata.WALK2K, 1)),
     ]
@@ -532,22 +540,43 @@ def run_folders(run: Run) -> None:
 
 
 def run_h5open(run: Run) -> None:
-    """h5py's first open of walk10k.h5's ``D.h5``, and h5py making its skeleton in memory."""
+    """h5py's first open of walk10k.h5's ``D.h5``, h5py making its skeleton in
+    memory, and ``h5ls -r`` of the view."""
     opener = "import sys, h5py; h5py.File(sys.argv[1]).close()"
     peer = Server(Path("/"), "peer", None, Path(os.devnull))
     for _ in range(run.repeat):
-        case = run.cases["o10k_open"]
-        drop_caches_noted(case)
-        with run.local() as server:
-            view = f"{in_domain(walkdata.WALK10K)(server.mountpoint)}.h5"
-            try:
-                measure(run, case, [sys.executable, "-c", opener, view], server)
-            except CommandTimeout as exc:
-                _note_once(case, f"{exc}; the runs after it were skipped")
-                break
+        if not view_command(run, "o10k_open", run.local, walkdata.WALK10K,
+                            [sys.executable, "-c", opener]):
+            break
         measure(run, run.cases["o10k_peer"],
                 [sys.executable, "-m", "bench.skeleton_peer",
                  str(walkdata.LINKS[walkdata.WALK10K])], peer)
+    for _ in range(run.repeat):
+        if not view_command(run, "o10k_h5ls", run.local, walkdata.WALK10K, h5ls()):
+            break
+
+
+def h5ls() -> list[str]:
+    """``h5ls -r``, from hdf5-tools (``dev/setup`` installs it)."""
+    found = shutil.which("h5ls")
+    if found is None:
+        raise BenchError("h5ls is not installed (apt-get install hdf5-tools; dev/setup does)")
+    return [found, "-r"]
+
+
+def view_command(run: Run, key: str, mount: Callable[[], contextlib.AbstractContextManager[Server]],
+                 domain: str, command: list[str]) -> bool:
+    """One run of ``command`` on ``domain``'s ``D.h5`` on a fresh ``mount()``,
+    page cache dropped; False after a timeout (noted on the case)."""
+    case = run.cases[key]
+    drop_caches_noted(case)
+    with mount() as server:
+        try:
+            measure(run, case, [*command, f"{in_domain(domain)(server.mountpoint)}.h5"], server)
+        except CommandTimeout as exc:
+            _note_once(case, f"{exc}; the runs after it were skipped")
+            return False
+    return True
 
 
 def run_s3(run: Run) -> None:
@@ -561,6 +590,10 @@ def run_s3(run: Run) -> None:
             run.facts["s3_build_s"] = time.perf_counter() - started
             source = f"s3://{walkdata.BUCKET}"
             walk(run, "s2k", lambda: run.h5mount(source, s3=True), in_domain(walkdata.WALK2K))
+            for _ in range(run.repeat):
+                if not view_command(run, "s2k_h5ls", lambda: run.h5mount(source, s3=True),
+                                    walkdata.WALK2K, h5ls()):
+                    break
             with HsdsServer(None, walkdata.BUCKET, s3=s3data.storage_of(moto),
                             scan_wait=walkdata.NO_SCAN) as server:
                 changes = walkdata.apply_changes(server, walkdata.WALK2K)
@@ -583,8 +616,8 @@ GROUPS: dict[str, tuple[Callable[[Run], None], tuple[str, ...]]] = {
     "big": (run_big, ("l100k_find", "l100k_lsr")),
     "visit": (run_visit, ("visit",)),
     "folders": (run_folders, ("f20_on", "f20_off", "home_on", "home_off")),
-    "h5open": (run_h5open, ("o10k_open", "o10k_peer")),
-    "s3": (run_s3, ("s2k_find", "s2k_lsr", "sa2k_find", "sa2k_lsr")),
+    "h5open": (run_h5open, ("o10k_open", "o10k_peer", "o10k_h5ls")),
+    "s3": (run_s3, ("s2k_find", "s2k_lsr", "s2k_h5ls", "sa2k_find", "sa2k_lsr")),
 }
 
 
