@@ -657,8 +657,8 @@ def build_image(skeleton: Skeleton, bound: Bound | None = None,
                    max(1, int(len(plan.objects) * bound.size / image.size * 0.9)))
         plan = Skeleton(skeleton.objects[:keep], skeleton.links, [
             *skeleton.left_out,
-            f"/: the file holds the first {keep} objects found (breadth first): HDF5 "
-            f"wrote {image.size} bytes of the {len(plan.objects)}, over the {bound.size} "
+            f"/: the file holds the first {keep} objects found (breadth first): with "
+            f"{len(plan.objects)}, HDF5 wrote {image.size} bytes, over the {bound.size} "
             "its length was computed as"])
         meta = min(meta, size_bound(plan).meta)
     if image.size == bound.size:

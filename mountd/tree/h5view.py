@@ -1,7 +1,8 @@
 """The ``D.h5`` view: every domain as one HDF5 file that HDF5's own tools open.
 
-Owns ``H5Views`` (the skeleton images of the mount's domains: planned from
-the tree, built by ``layouts.hdf5._image`` in a worker thread, kept in a
+Owns ``H5Views`` (the files of the mount's domains: planned from the tree,
+their length bounded by ``layouts.hdf5.size_bound``, built by
+``layouts.hdf5.build_image`` in a worker thread, plans and files kept in a
 bounded LRU while every object they were made from is current) and
 ``H5ViewFile``, the node of ``D.h5`` beside a domain's directory, or of
 ``.root.h5`` at the root of a mount of one file. ``H5Views`` is made before
@@ -23,9 +24,9 @@ that stride. So the file names no other file: a copy of it, or the mount
 seen at another path (a bind mount, a container), reads the same.
 Variable-length and reference datasets are read and embedded while the
 embedded bytes stay under ``-o h5view_inline``; over it, a dataset is left
-out and named in the root attribute ``layouts.hdf5._image.LEFT_OUT_ATTR``. A file holds at most
-``-o h5view_objects`` objects (the first found), which bounds the memory a
-build takes. External links to domains of this mount lead to those
+out and named in the root attribute ``h5mount_left_out``. A file holds at
+most ``-o h5view_objects`` objects (the first found), which bounds the
+memory a build takes. External links to domains of this mount lead to those
 domains' ``D.h5`` views; others are left out, so no path a bucket controls
 leads an HDF5 tool to the host's files.
 
