@@ -368,10 +368,11 @@ class MountConfig:
              "dataset past it is left out and named in the root attribute "
              "`h5mount_left_out`")
     h5view_objects: int = option(
-        COUNT, default=100_000,
+        COUNT, default=120_000,
         help="most objects one `D.h5` holds: a larger domain gets the first N found, "
              "breadth first, and the root attribute `h5mount_left_out` says so; building "
-             "takes about 4K of memory per object, the domain's metadata included")
+             "takes about 4K of memory per object, the domain's metadata included, so "
+             "the default keeps a build within the default cache budgets plus 150M")
 
     def fuse_options(self) -> set[str]:
         """Options for ``pyfuse3.init``: always read-only, with kernel permission checks.
