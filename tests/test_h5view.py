@@ -273,16 +273,47 @@ def test_view_reads_as_h5pyd(mnt: Path, hsds_reader: HsdsServer, hsds_bucket: Hs
 
 def digests(path: str) -> dict[str, str]:
     """Every dataset of the HDF5 file ``path`` with its elements: shape, dtype,
-    maxshape and a digest of its bytes, by name (run in other namespaces too)."""
+    maxshape and a digest of its bytes, by name, and each external link with
+    the file it names and what it leads to (run in other namespaces too)."""
     out: dict[str, str] = {}
+
+    def digest(obj: Any) -> str:
+        if not (isinstance(obj, h5py.Dataset) and obj.shape and _fixed(obj.dtype)):
+            return type(obj).__name__
+        data = np.ascontiguousarray(obj[()])
+        return (f"{obj.shape} {obj.dtype.str} {obj.maxshape} "
+                f"{hashlib.sha256(data.tobytes()).hexdigest()}")
+
     with h5py.File(path, "r") as f:
         def add(name: str, obj: Any) -> None:
-            if isinstance(obj, h5py.Dataset) and obj.shape and _fixed(obj.dtype):
-                data = np.ascontiguousarray(obj[()])
-                out[name] = (f"{obj.shape} {obj.dtype.str} {obj.maxshape} "
-                             f"{hashlib.sha256(data.tobytes()).hexdigest()}")
+            if isinstance(obj, h5py.Dataset):
+                out[name] = digest(obj)
+
+        def external(name: str, link: Any) -> None:
+            if isinstance(link, h5py.ExternalLink):
+                out[f"{name} -> {link.filename}"] = digest(f[name])
         f.visititems(add)
+        f.visititems_links(external)
     return out
+
+
+def test_external_links_lead_to_views_wherever_the_mount_is(mnt: Path) -> None:
+    """An external link into another domain of the mount names that domain's
+    view by a path relative to the view's own directory (so a copy of both,
+    or the mount at another path, still resolves it; the bind-mount test
+    reads them there) and reads as the target does."""
+    view = _view(mnt, "home/admin/links.h5")
+    found = {name: value for name, value in digests(str(view)).items() if " -> " in name}
+    assert len(found) == 2, found
+    for name, value in found.items():
+        filename = name.split(" -> ", 1)[1]
+        assert not filename.startswith("/"), name
+        target = (view.parent / filename).resolve()
+        assert target.is_file() and target.name.endswith(".h5.h5"), name
+        if name.startswith("ext_data"):
+            assert value == digests(str(target))["data"], name
+        else:
+            assert name.startswith("ext_group") and value == "Group", name
 
 
 def test_elements_are_inside_the_file(mnt: Path) -> None:

@@ -38,7 +38,7 @@ def test_chunks_read_at_one_stride_are_read_ahead_at_that_stride() -> None:
         async with trio.open_nursery() as nursery:
             tree = make_tree(CachedCatalog(catalog_with(x=ds), ttl=3600),
                              chunk_cache=ChunkCache(1 << 20, nursery),
-                             h5views=H5Views("/mnt"))
+                             h5views=H5Views())
             view = await (await tree.root()).lookup(".root.h5")
             handle = await view.open()
             assert isinstance(handle, H5ViewHandle)

@@ -27,8 +27,10 @@ embedded bytes stay under ``-o h5view_inline``; over it, a dataset is left
 out and named in the root attribute ``h5mount_left_out``. A file holds at
 most ``-o h5view_objects`` objects (the first found), which bounds the
 memory a build takes. External links to domains of this mount lead to those
-domains' ``D.h5`` views; others are left out, so no path a bucket controls
-leads an HDF5 tool to the host's files.
+domains' ``D.h5`` views, by a path relative to the file's own directory
+(HDF5 looks there first), so they hold wherever the mount is seen; others
+are left out, so no path a bucket controls leads an HDF5 tool to the host's
+files.
 
 Size: ``st_size`` is the file's length, elements included, computed from
 the plan before anything is written (``layouts.hdf5.size_bound``, an upper
@@ -49,7 +51,6 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Hashable
@@ -87,7 +88,7 @@ from layouts.views import NpyView, Reader, npy_header, read_array
 from mountd.cache.chunkahead import chunk_unit, ravel, unravel
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.tree.nodes import FileHandle, FileNode, NodeType, Stat
-from mountd.tree.paths import InDomain, ObjPath, root_path
+from mountd.tree.paths import InDomain, ObjPath, relative, root_path
 from mountd.tree.viewctx import ObjectContext
 
 if TYPE_CHECKING:
@@ -167,12 +168,11 @@ class _Image:
 
 
 class H5Views:
-    """The ``D.h5`` files of one mount at ``mountpoint`` (absolute): planned
-    (their length known) or built, kept while current."""
+    """The ``D.h5`` files of one mount: planned (their length known) or
+    built, kept while current."""
 
-    def __init__(self, mountpoint: str, inline: int = DEFAULT_INLINE,
+    def __init__(self, inline: int = DEFAULT_INLINE,
                  most_objects: int = DEFAULT_OBJECTS) -> None:
-        self.mountpoint = mountpoint
         self.inline = inline
         self.most_objects = most_objects
         self._kept: OrderedDict[Hashable, _Plan | _Image] = OrderedDict()
@@ -185,8 +185,7 @@ class H5Views:
         """The views of a mount as ``config`` says (None: ``-o h5view=off``)."""
         if not config.h5view:
             return None
-        return cls(os.path.abspath(config.mountpoint), config.h5view_inline,
-                   config.h5view_objects)
+        return cls(config.h5view_inline, config.h5view_objects)
 
     def kept(self, tree: Tree, domain: Domain) -> _Plan | _Image | None:
         """The plan or image of ``domain`` if everything it came from is
@@ -256,9 +255,6 @@ class H5Views:
         while self._used > IMAGE_BUDGET and len(self._kept) > 1:
             _, dropped = self._kept.popitem(last=False)
             self._used -= dropped.cost
-
-    def path_of(self, names: tuple[str, ...]) -> str:
-        return os.path.join(self.mountpoint, *names)
 
 
 class _Planner:
@@ -359,9 +355,11 @@ class _Planner:
             self.skeleton.left_out.append(
                 f"{where}: external link to {link.domain}::{link.target} is not in this mount")
             return
-        location = self.tree.places.file_location(root_path(domain), SUFFIX)
-        self.skeleton.links.append(LinkPlan(op.id, name, LinkKind.EXTERNAL, link.target,
-                                            self.views.path_of(location)))
+        places = self.tree.places
+        here = places.file_location(root_path(self.domain), SUFFIX)[:-1]
+        self.skeleton.links.append(LinkPlan(
+            op.id, name, LinkKind.EXTERNAL, link.target,
+            relative(places.file_location(root_path(domain), SUFFIX), here)))
 
     async def _dataset(self, op: ObjPath, ds: Dataset, plan: ObjPlan) -> None:
         tj = ds.type.hdf5
