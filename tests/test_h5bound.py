@@ -42,8 +42,9 @@ ENUM = {"class": "H5T_ENUM", "base": {"class": "H5T_INTEGER", "base": "H5T_STD_I
         "members": [{"name": f"member_{i}", "value": i} for i in range(20)]}
 COMPOUND = {"class": "H5T_COMPOUND", "fields": [
     {"name": f"field_{i}", "type": "H5T_STD_I32LE" if i % 2 else F8} for i in range(12)]}
+OPAQUE = {"class": "H5T_OPAQUE", "size": 6, "tag": "a tag of some length " * 10}
 #: Fixed-size types and their element bytes.
-FIXED = [(F8, 8), (I2BE, 2), (FSTR, 12), (ENUM, 1), (COMPOUND, 72)]
+FIXED = [(F8, 8), (I2BE, 2), (FSTR, 12), (ENUM, 1), (COMPOUND, 72), (OPAQUE, 6)]
 #: Most a bound may pass the file by: a few times the file, and a constant.
 WASTE_FACTOR, WASTE_BYTES = 4, 128 << 10
 

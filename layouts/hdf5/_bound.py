@@ -101,12 +101,24 @@ def _name(text: str) -> int:
 
 
 def _type_bytes(tj: Any) -> int:
-    """Bytes of a datatype message (its header included) for type JSON ``tj``."""
+    """Bytes of a datatype message (its header included) for type JSON ``tj``;
+    an opaque type's tag, which ``HType`` does not keep, is counted as the
+    whole JSON."""
     t = _parse(tj)
     if t is None:
         return 0  # not written
-    opaque_tag = len(orjson.dumps(tj)) if t.cls == "opaque" or "opaque" in str(tj) else 0
-    return _MESSAGE + _htype_bytes(t) + _pad(opaque_tag)
+    tags = 0
+    if _has_opaque(t):
+        try:
+            tags = _pad(len(orjson.dumps(tj)))
+        except (orjson.JSONEncodeError, TypeError):
+            tags = PAGE
+    return _MESSAGE + _htype_bytes(t) + tags
+
+
+def _has_opaque(t: HType) -> bool:
+    return (t.cls == "opaque" or (t.base is not None and _has_opaque(t.base))
+            or any(_has_opaque(ft) for _, ft in t.fields))
 
 
 def _htype_bytes(t: HType) -> int:
