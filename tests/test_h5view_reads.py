@@ -3,8 +3,9 @@ the places of a dataset's chunks, and what it reads ahead of HDF5.
 
 HDF5 reads a selection's chunks one after another: a band of rows in grid
 order, a band of columns at a fixed stride of the grid. The view's handle
-prefetches along either once it has seen two steps of one stride; the
-store's own log of reads shows which chunks were fetched, in what order.
+prefetches along a column of the grid once it has seen one step down it,
+and along any other stride once it has seen two steps of it; the store's
+own log of reads shows which chunks were fetched, in what order.
 """
 
 from __future__ import annotations
@@ -54,14 +55,23 @@ def test_chunks_read_at_one_stride_are_read_ahead_at_that_stride() -> None:
                 want = np.full(4, ravel(index, GRID), "<f4").tobytes()
                 assert bytes(data) == want, index
 
-            for row in range(3):  # a band of columns: a stride of 8 in grid order
+            for row in range(2):  # a band of columns: one step down the grid
                 await read((row, 0))
             await trio.testing.wait_all_tasks_blocked()
-            assert store.reads[:3] == [(0, 0), (1, 0), (2, 0)]
-            assert store.reads[3:] == [(row, 0) for row in range(3, 8)]
-            for row in range(3, 8):  # from the cache: no read of its own
+            assert store.reads[:2] == [(0, 0), (1, 0)]
+            assert store.reads[2:] == [(row, 0) for row in range(2, 8)]
+            for row in range(2, 8):  # from the cache: no read of its own
                 await read((row, 0))
             assert len(store.reads) == 8
+
+            store.reads.clear()  # any other stride: after two equal steps
+            for col in (1, 3):
+                await read((7, col))
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.reads == [(7, 1), (7, 3)]
+            await read((7, 5))
+            await trio.testing.wait_all_tasks_blocked()
+            assert store.reads == [(7, 1), (7, 3), (7, 5), (7, 7)]
 
             store.reads.clear()
             for col in range(1, 4):  # a band of rows: grid order

@@ -19,9 +19,10 @@ of a place is served from the dataset (``H5ViewHandle``): a chunk's place
 as its chunk file (through the chunk cache), a contiguous dataset's as its
 ``P.npy`` past the NPY header. HDF5 reads a selection's chunks one after
 another, in grid order for a band of rows and with a fixed stride for a
-band of columns: three chunks read at one stride prefetch the next ones at
-that stride. So the file names no other file: a copy of it, or the mount
-seen at another path (a bind mount, a container), reads the same.
+band of columns: two chunks one below the other in the grid, or three at
+one stride, prefetch the next ones at that stride. So the file names no
+other file: a copy of it, or the mount seen at another path (a bind mount,
+a container), reads the same.
 Variable-length and reference datasets are read and embedded while the
 embedded bytes stay under ``-o h5view_inline``; over it, a dataset is left
 out and named in the root attribute ``h5mount_left_out``. A file holds at
@@ -556,10 +557,11 @@ class H5ViewHandle(FileHandle):
 
     def _read_ahead(self, part: ChunkPart, op: ObjPath, ds: Dataset) -> None:
         """Prefetch what a reader of chunk ``part`` will read next: after two
-        steps of one stride forward in grid order, the next chunks at that
-        stride, as many as the tree's readahead holds. (Not the chunk files'
-        readahead: that follows grid order alone, and its state is shared
-        with the dataset's other readers.)"""
+        steps of one stride forward in grid order, or one step down a column
+        of the grid (HDF5's order for a band of columns), the next chunks at
+        that stride, as many as the tree's readahead holds. (Not the chunk
+        files' readahead: that follows grid order alone, and its state is
+        shared with the dataset's other readers.)"""
         grid = ds.grid
         pos = ravel(part.index, grid)
         last, stride = self._strides.get(part.obj_id, (-1, 0))
@@ -567,7 +569,8 @@ class H5ViewHandle(FileHandle):
         if step == 0:  # another piece of the chunk read last
             return
         self._strides[part.obj_id] = (pos, step)
-        if step == stride and step > 0:
+        down = len(grid) > 1 and last >= 0 and step == math.prod(grid[1:])
+        if step > 0 and (step == stride or down):
             count = max(1, self.tree.readahead_cap // chunk_unit(ds))
             stop = min(math.prod(grid), pos + step * (count + 1))
             self.tree.prefetch_chunks(op, ds, [unravel(p, grid) for p in
