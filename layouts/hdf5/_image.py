@@ -1,9 +1,9 @@
 """HDF5 file images: the skeleton file the ``D.h5`` view of a domain serves.
 
-Owns the plan of a skeleton (``Skeleton``: the objects in creation order,
-the links that are not the first path to an object, and what was left out)
-and ``build_image``, which writes it with h5py into a scratch file and
-returns the file as a ``FileImage``: the bytes HDF5 wrote, and the places
+Owns ``build_image``, which writes the plan of a skeleton
+(``layouts.hdf5._plan.Skeleton``: the objects in creation order, the links
+that are not the first path to an object, and what was left out) with h5py
+into a scratch file and returns the file as a ``FileImage``: the bytes HDF5 wrote, and the places
 of the datasets' elements, which it allocated but never wrote. The plan is
 made by the tree (``mountd.tree.h5view``), which serves those places from
 the datasets themselves; this module knows HDF5 and nothing of the mount.
@@ -27,11 +27,13 @@ What a skeleton holds:
   ``DIMENSION_LIST`` and ``REFERENCE_LIST`` are right for HDF5's own tools
   and netCDF-4 readers);
 * ``LEFT_OUT_ATTR`` on the root group when anything could not be shown:
-  one ``"PATH: reason"`` string per object or attribute.
+  one ``"PATH: reason"`` string per object or attribute (at most
+  ``LEFT_OUT_LINES`` of them and ``LEFT_OUT_BYTES``; ``FileImage.left_out``
+  has them all).
 
 The file is written with ``libver="earliest"`` (so HDF5 1.8 and later
 open it), its metadata first, in one block as long as ``_bound`` says
-(``_write``).
+(``_write``), and padded to the length ``_bound`` promised.
 
 Concurrency: ``build_image`` is synchronous and blocks on h5py; the tree
 runs it in a worker thread, one at a time (h5py serialises its calls behind

@@ -28,7 +28,8 @@ MAX_CHUNK_BYTES = (1 << 32) - 1
 #: Most chunks a stored dataset keeps as chunks (each a part of the image,
 #: about 200 bytes of memory); one with more is contiguous.
 MAX_CHUNKS = 65_536
-#: The page a reader's page cache reads whole, and the file's space pages.
+#: The page a reader's page cache reads whole: the file's allocations of a
+#: page or more are aligned to it, and its metadata block is whole pages.
 PAGE = 4096
 #: Most bytes and lines of ``LEFT_OUT_ATTR`` (``FileImage.left_out`` has them all).
 LEFT_OUT_BYTES = 8 << 10
@@ -187,10 +188,12 @@ def flatten(value: Any, shape: tuple[int, ...]) -> list[Any]:
     return out
 
 
+# --------------------------------------------------------------------------- layout
+
 
 def storage_chunks(plan: ObjPlan) -> tuple[int, ...] | None:
     """The chunk shape the file gives a dataset of rank one or more (None:
-    contiguous); see ``_Writer.space``."""
+    contiguous); ``layouts.hdf5._image`` says why (``_Writer.space``)."""
     shape = plan.shape
     if not shape:
         return None
