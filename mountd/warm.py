@@ -46,9 +46,10 @@ away, so that the mount's caches (the chunk cache, the block cache and a
 persistent -o cache_dir) hold them, for example before going offline.
 
 Directories are walked without following symlinks. While walking, *.npy
-files are skipped: they are views over the same chunks as the dataset's
-chunk files, so reading them too would decode everything twice. A .npy file
-named as a PATH is read (or use --npy to read them all).
+files and the *.h5 files of domains (D.h5) are skipped: they are views over
+the same chunks as the datasets' chunk files, so reading them too would
+decode everything twice. A file named as a PATH is read whatever it is (or
+use --npy and --h5 to read them all).
 """
 
 EPILOG = """\
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"files read at once (default: {DEFAULT_JOBS})")
     parser.add_argument("--npy", action="store_true",
                         help="also read the *.npy files found while walking")
+    parser.add_argument("--h5", action="store_true",
+                        help="also read the D.h5 files (the domains as HDF5 files) found "
+                             "while walking")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -143,9 +147,15 @@ class Job:
     size: int
 
 
-def walk(top: str, include_npy: bool, failed: list[tuple[str, str]]) -> Iterator[Job]:
-    """Regular files under directory ``top``, depth first; symlinks are not followed.
-    Directories that cannot be listed are added to ``failed``."""
+def skipped(include_npy: bool, include_h5: bool) -> tuple[str, ...]:
+    """The suffixes of the view files a walk skips (``--npy``, ``--h5``)."""
+    return (*(() if include_npy else (".npy",)), *(() if include_h5 else (".h5",)))
+
+
+def walk(top: str, skip: tuple[str, ...], failed: list[tuple[str, str]]) -> Iterator[Job]:
+    """Regular files under directory ``top`` but those whose names end in one
+    of ``skip``, depth first; symlinks are not followed. Directories that
+    cannot be listed are added to ``failed``."""
     stack = [top]
     while stack:
         here = stack.pop()
@@ -157,7 +167,7 @@ def walk(top: str, include_npy: bool, failed: list[tuple[str, str]]) -> Iterator
                         if entry.is_dir(follow_symlinks=False):
                             subdirs.append(entry.path)
                         elif entry.is_file(follow_symlinks=False) and (
-                                include_npy or not entry.name.endswith(".npy")):
+                                not entry.name.endswith(skip)):
                             try:
                                 size = entry.stat(follow_symlinks=False).st_size
                             except OSError as exc:
@@ -169,7 +179,7 @@ def walk(top: str, include_npy: bool, failed: list[tuple[str, str]]) -> Iterator
         stack.extend(reversed(subdirs))
 
 
-def jobs_for(paths: Iterable[str], include_npy: bool,
+def jobs_for(paths: Iterable[str], skip: tuple[str, ...],
              failed: list[tuple[str, str]]) -> Iterator[Job]:
     """The files to read for the PATH arguments (a file named is read whatever it is)."""
     for path in paths:
@@ -179,7 +189,7 @@ def jobs_for(paths: Iterable[str], include_npy: bool,
             failed.append((path, exc.strerror or str(exc)))
             continue
         if stat.S_ISDIR(st.st_mode):
-            yield from walk(path, include_npy, failed)
+            yield from walk(path, skip, failed)
         elif stat.S_ISREG(st.st_mode):
             yield Job(path, st.st_size)
 
@@ -246,11 +256,11 @@ def _reader(jobs: queue.Queue[Job | None], progress: Progress) -> None:
             read_file(job, progress)
 
 
-def _walker(paths: list[str], include_npy: bool, jobs: queue.Queue[Job | None],
+def _walker(paths: list[str], skip: tuple[str, ...], jobs: queue.Queue[Job | None],
             readers: int, progress: Progress) -> None:
     """Queue the files to read, then one end marker per reader."""
     failed: list[tuple[str, str]] = []
-    for job in jobs_for(paths, include_npy, failed):
+    for job in jobs_for(paths, skip, failed):
         while failed:
             progress.fail(*failed.pop(0))
         if progress.stop.is_set():
@@ -263,8 +273,10 @@ def _walker(paths: list[str], include_npy: bool, jobs: queue.Queue[Job | None],
         jobs.put(None)
 
 
-def warm(paths: list[str], jobs: int, include_npy: bool, bar: bool) -> tuple[Progress, float]:
-    """Read everything; the counters and the seconds it took.
+def warm(paths: list[str], jobs: int, skip: tuple[str, ...], bar: bool
+         ) -> tuple[Progress, float]:
+    """Read everything but the views whose names end in ``skip``; the
+    counters and the seconds it took.
 
     The walk and the reads run in daemon threads; this thread only waits, so
     Ctrl-C (KeyboardInterrupt, raised again after stopping them) is prompt
@@ -276,7 +288,7 @@ def warm(paths: list[str], jobs: int, include_npy: bool, bar: bool) -> tuple[Pro
     threads = [threading.Thread(target=_reader, args=(todo, progress), daemon=True)
                for _ in range(jobs)]
     threads.append(threading.Thread(target=_walker, daemon=True,
-                                    args=(paths, include_npy, todo, jobs, progress)))
+                                    args=(paths, skip, todo, jobs, progress)))
     started = time.monotonic()
     for thread in threads:
         thread.start()
@@ -313,7 +325,7 @@ def main(argv: list[str]) -> int:
         return 2
     show_bar = not args.quiet and sys.stderr.isatty()
     try:
-        progress, seconds = warm(args.paths, args.jobs, args.npy, show_bar)
+        progress, seconds = warm(args.paths, args.jobs, skipped(args.npy, args.h5), show_bar)
     except KeyboardInterrupt:
         print("h5mount warm: interrupted", file=sys.stderr)
         return 1

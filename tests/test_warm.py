@@ -40,21 +40,22 @@ def summary(stderr: str) -> tuple[int, int, int]:
     return int(files), int(nbytes), int(failed)
 
 
-def expected_reads(top: Path, skip: Path | None = None) -> tuple[int, int]:
+def expected_reads(top: Path, skip: Path | None = None,
+                   views: tuple[str, ...] = (".npy", ".h5")) -> tuple[int, int]:
     """(files, bytes) warm should read below ``top``: regular files that are not
-    ``.npy`` (nor ``skip``), reached without following symlinks."""
+    views (``.npy``, ``D.h5``) nor ``skip``, reached without following symlinks."""
     files = nbytes = 0
     for here, _, names in os.walk(top):  # does not descend into symlinks
         for name in names:
             path = Path(here) / name
-            if name.endswith(".npy") or path.is_symlink() or path == skip:
+            if name.endswith(views) or path.is_symlink() or path == skip:
                 continue
             files += 1
             nbytes += path.stat().st_size
     return files, nbytes
 
 
-def test_warm_reads_every_file_but_npy(mnt: Path) -> None:
+def test_warm_reads_every_file_but_views(mnt: Path) -> None:
     proc = run_h5mount("warm", "-j", "4", str(mnt / "home/admin"), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("\n") == 1  # no bar without a terminal: one summary line
@@ -75,6 +76,21 @@ def test_warm_reads_a_named_npy(mnt: Path) -> None:
     proc = run_h5mount("warm", "--quiet", str(npy))
     assert proc.returncode == 0, proc.stderr
     assert summary(proc.stderr) == (1, npy.stat().st_size, 0)
+
+
+def test_warm_reads_domain_files_named_or_asked_for(mnt: Path) -> None:
+    """A domain's ``D.h5`` holds its elements: a walk skips it unless named or
+    ``--h5`` is given."""
+    view = mnt / f"{FILTERS}.h5"
+    proc = run_h5mount("warm", "--quiet", str(view))
+    assert proc.returncode == 0, proc.stderr
+    assert summary(proc.stderr) == (1, view.stat().st_size, 0)
+    folder = mnt / "home/admin"
+    proc = run_h5mount("warm", "--quiet", "--h5", str(folder), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    want = expected_reads(folder, views=(".npy",))
+    assert summary(proc.stderr) == (*want, 0)
+    assert want[0] > expected_reads(folder)[0]
 
 
 def test_warm_shows_a_progress_bar_on_a_terminal(mnt: Path) -> None:
