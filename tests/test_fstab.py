@@ -193,7 +193,7 @@ def unmount_and_check_gone(mountpoint: Path, log_file: Path) -> None:
     """umount(8) the mount; the daemon must exit cleanly, saying so in its log."""
     done = _run("umount", mountpoint)
     assert done.returncode == 0, done.stderr
-    assert wait_gone(mountpoint), daemon_pids(mountpoint)
+    assert wait_gone(mountpoint, pids=daemon_pids), daemon_pids(mountpoint)
     assert not os.path.ismount(mountpoint)
     assert f"INFO mountd.daemon: unmounted {mountpoint}" in log_file.read_text()
 
