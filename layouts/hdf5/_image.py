@@ -337,27 +337,31 @@ class _Writer:
 
     # -- objects ---------------------------------------------------------------
 
-    def create(self, plan: ObjPlan) -> None:
+    def create(self, plan: ObjPlan) -> Any:
+        """Make the object of ``plan``; its open id (a dataset's is closed
+        when the caller drops it)."""
         if plan.parent is None:
-            self.ids[plan.id] = self.file["/"].id
-            return
+            oid = self.ids[plan.id] = self.file["/"].id
+            return oid
         parent = self.ids[plan.parent]
         name = _bytes(plan.name)
         lcpl = self.lcpl_for(name)
         if plan.kind is ObjectKind.GROUP:
             gcpl = h5p.create(h5p.GROUP_CREATE)
             gcpl.set_obj_track_times(False)
-            self.ids[plan.id] = h5py.h5g.create(parent, name, lcpl=lcpl, gcpl=gcpl)
-        elif plan.kind is ObjectKind.DATATYPE:
+            oid = self.ids[plan.id] = h5py.h5g.create(parent, name, lcpl=lcpl, gcpl=gcpl)
+            return oid
+        if plan.kind is ObjectKind.DATATYPE:
             tid = file_type(plan.hdf5)
             tid.commit(parent, name, lcpl=lcpl)
             self.ids[plan.id] = tid
+            return tid
+        if plan.data is not None:
+            dsid = self.embedded(parent, name, lcpl, plan)
         else:
-            if plan.data is not None:
-                self.embedded(parent, name, lcpl, plan)
-            else:
-                self.dataset(parent, name, lcpl, plan)
-            self.datasets.add(plan.id)
+            dsid = self.dataset(parent, name, lcpl, plan)
+        self.datasets.add(plan.id)
+        return dsid
 
     def handle(self, obj_id: str) -> Any:
         """The open object ``obj_id`` of the image, or None if it was not made."""
@@ -438,10 +442,12 @@ class _Writer:
 
     # -- attributes -------------------------------------------------------------
 
-    def attributes(self, plan: ObjPlan) -> None:
+    def attributes(self, plan: ObjPlan, oid: Any = None) -> None:
+        """Write the attributes of ``plan`` on its object (``oid`` if open)."""
         if not plan.attrs:
             return
-        oid = self.handle(plan.id)
+        if oid is None:
+            oid = self.handle(plan.id)
         scale = any(a.name == "CLASS" and _text(a.value) == "DIMENSION_SCALE"
                     for a in plan.attrs) and plan.kind is ObjectKind.DATASET
         for attr in plan.attrs:
@@ -620,6 +626,17 @@ def _text(value: Any) -> str:
 _FAILURES = (Unsupported, FormatError, ValueError, TypeError, RuntimeError, KeyError)
 
 
+def _points(value: Any) -> bool:
+    """True if a value holds an object reference (a ``PlanRef``) anywhere."""
+    if isinstance(value, PlanRef):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_points(item) for item in value)
+    if isinstance(value, Mapping):
+        return any(_points(item) for item in value.values())
+    return False
+
+
 def _refers(tj: Any) -> bool:
     try:
         return has_ref(_parse(tj))
@@ -709,14 +726,23 @@ def _write(skeleton: Skeleton, path: str, meta: int
                  if plan.data is not None and _refers(plan.hdf5)]
         later_ids = {plan.id for plan in later}
         made: list[ObjPlan] = []
+        # Attributes are written while their object is open (opening a
+        # dataset again costs a fifth of a build), but those that point at
+        # objects only once every object exists.
+        pointing: list[ObjPlan] = []
         for plan in [p for p in skeleton.objects if p.id not in later_ids] + later:
             try:
-                writer.create(plan)
+                oid = writer.create(plan)
                 made.append(plan)
             except _FAILURES as exc:
                 writer.left_out.append(f"{plan.path}: not copied ({exc})")
+                continue
+            if any(_points(attr.value) for attr in plan.attrs):
+                pointing.append(plan)
+            else:
+                writer.attributes(plan, oid)
         writer.links()
-        for plan in made:
+        for plan in pointing:
             writer.attributes(plan)
         writer.scales(made)
         if writer.left_out:
