@@ -240,7 +240,8 @@ def mem_dtype(t: HType) -> np.dtype[Any]:
 
 
 class _Writer:
-    """Builds one image: objects by id, then links, attributes and scales."""
+    """Builds one image: objects with their attributes (those that point at
+    objects once every object exists), then links and dimension scales."""
 
     def __init__(self, skeleton: Skeleton, f: h5py.File) -> None:
         self.skeleton = skeleton
