@@ -116,16 +116,20 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     # management: this VM pages idle page cache out on its own).
     assert after["caches"]["chunks"]["misses"] == before["caches"]["chunks"]["misses"]
     assert after["caches"]["pages"]["hits"] - before["caches"]["pages"]["hits"] == 2
-    revalidated = after["caches"]["chunks"]["revalidated"]
-    assert revalidated > before["caches"]["chunks"]["revalidated"]
+    assert after["caches"]["chunks"]["revalidated"] > before["caches"]["chunks"]["revalidated"]
 
     _rewrite(server)
     time.sleep(SETTLE)
 
     assert np.frombuffer((root / "d/5").read_bytes(), "<i4").tolist() == list(range(1000, 1010))
-    changed = np.load(root / "big.npy")  # /big changed: read again, not revalidated
+    changed = np.load(root / "big.npy")  # /big changed: decoded again, not kept
     assert changed[:10].tolist() == [-1] * 10 and changed[10:].tolist() == list(range(10, BIG))
-    assert _stats(mp)["caches"]["chunks"]["revalidated"] == revalidated
+    # Both datasets start a new data epoch, so their chunks are decoded again:
+    # chunk 5 of /d and every chunk of /big. (Not "no period kept": a read
+    # that spans the end of a 2 s period on a loaded machine rightly keeps
+    # the epoch it began in the next one.)
+    missed = _stats(mp)["caches"]["chunks"]["misses"] - after["caches"]["chunks"]["misses"]
+    assert missed >= 1 + 4, missed
     with open(root / "d.npy", "rb") as npy:  # through the page cache, as numpy reads it
         values = np.load(npy)
     assert values[50:60].tolist() == list(range(1000, 1010))
