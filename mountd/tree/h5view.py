@@ -478,9 +478,9 @@ class H5ViewFile(InDomain, FileNode):
         """A file whose length was not known before is read past the page
         cache: the kernel may hold a stand-in size from a listing."""
         domain = await self._domain()
-        known = self.views.kept(self.tree, domain) is not None
-        image = await self.views.image(self.tree, domain)
-        return H5ViewHandle(self.tree, image, direct_io=not known,
+        kept = self.views.kept(self.tree, domain)
+        image = kept if isinstance(kept, _Image) else await self.views.image(self.tree, domain)
+        return H5ViewHandle(self.tree, image, direct_io=kept is None,
                             keep_cache=self.tree.keep_pages(self.key))
 
 
