@@ -104,7 +104,7 @@ class Tree:
         self.links = Links(catalog, self.obj)
         self.refs = RefIndex(self.obj, self.epoch)
         self.preload = Preloader(self.obj, self.chunk_cache)
-        self.view_sizes = ViewSizes(self.memo, self.all_fresh)
+        self.view_sizes = ViewSizes(self.memo, self)
         self._cached = catalog if isinstance(catalog, CachedCatalog) else None
         #: The ``D.h5`` file views, when the mount shows them (``-o h5view``).
         self.h5views = h5views
@@ -223,6 +223,13 @@ class Tree:
         return await self.data_epochs.data_epoch((op.domain.path, ds.id), self.epoch(),
                                                  lambda: _version(ds))
 
+    def known_data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable | None:
+        """``data_epoch`` with no I/O and no wait: None until this period's
+        version of ``ds`` is learnt (by a read)."""
+        if self._unversioned(ds):
+            return self.epoch()
+        return self.data_epochs.known((op.domain.path, ds.id), self.epoch())
+
     def _unversioned(self, ds: Dataset) -> bool:
         """True if ``ds``'s data epoch is simply the period (see ``data_epoch``)."""
         return self.ttl <= 0 or chunkbatch.chunk_bytes(ds) * math.prod(ds.grid) < VERSIONED_BYTES
@@ -250,8 +257,7 @@ class Tree:
     def prefetch_chunks(self, op: ObjPath, ds: Dataset, indices: Sequence[ChunkIndex]) -> int:
         """Start decoding chunks in the background, in batches; how many of
         ``indices`` (from the first) the cache accepted for now."""
-        epoch = self.epoch() if self._unversioned(ds) else \
-            self.data_epochs.known((op.domain.path, ds.id), self.epoch())
+        epoch = self.known_data_epoch(op, ds)
         if epoch is None:  # not before this period's version is learnt (by a read)
             return 0
         return self.chunk_cache.prefetch_many(

@@ -10,18 +10,20 @@ through the tree's chunk cache, a readahead window, leases of the tree's
 held memory (``mountd.cache.held``) and the nursery; and it records every
 object ``child`` and ``deref`` returned (``seen``), so what the tree
 derives through it (a view file's size, a sidecar) is kept only while
-those objects are current too.
+those objects are current too, and the data epoch of every dataset whose
+chunks it read (``read``), so a view file's size is kept only while that
+data is unchanged too (``mountd.tree.viewsizes``).
 
 Concurrency: a context is made for one operation (a listing entry, a stat,
-an open, a render); its only mutable state is ``seen``, which only grows,
-with no ``await`` between a fetch's end and its record. An open file's
+an open, a render); its only mutable state is ``seen`` and ``read``, which
+only grow, with no ``await`` between a fetch's end and its record. An open file's
 reader keeps its context for the life of the handle.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -37,11 +39,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The data epoch recorded for a dataset whose chunks were read in more than
+#: one: equal to no epoch, so nothing derived from them is kept.
+MIXED: Hashable = object()
+
 
 class ObjectContext:
     """A view's context for the object at ``op``."""
 
-    __slots__ = ("_obj", "_tree", "op", "seen")
+    __slots__ = ("_obj", "_tree", "op", "read", "seen")
 
     def __init__(self, tree: Tree, op: ObjPath, obj: AnyObject) -> None:
         self._tree = tree
@@ -49,6 +55,9 @@ class ObjectContext:
         self.op = op
         #: The objects ``child`` and ``deref`` returned, as (id, object).
         self.seen: list[tuple[str, AnyObject]] = []
+        #: Each dataset whose chunks were read, by id, with the data epoch they
+        #: were read in (``MIXED`` if reads spanned more than one).
+        self.read: dict[str, tuple[Dataset, Hashable]] = {}
 
     @property
     def obj(self) -> AnyObject:
@@ -78,10 +87,21 @@ class ObjectContext:
         self.seen.append((target.id, obj))
         return obj
 
+    async def _note_read(self, ds: Dataset) -> None:
+        """Record the data epoch ``ds``'s chunks are read in now."""
+        epoch = await self._tree.data_epoch(self.op, ds)
+        noted = self.read.get(ds.id)
+        if noted is None:
+            self.read[ds.id] = (ds, epoch)
+        elif noted[1] != epoch:
+            self.read[ds.id] = (ds, MIXED)
+
     async def chunk(self, ds: Dataset, index: ChunkIndex) -> bytes | None:
+        await self._note_read(ds)
         return await self._tree.chunk(self.op, ds, index)
 
     async def chunks(self, ds: Dataset, indices: Sequence[ChunkIndex]) -> list[bytes | None]:
+        await self._note_read(ds)
         out: list[bytes | None] = []
         for data in await self._tree.chunks(self.op, ds, indices):
             if isinstance(data, MountError):

@@ -1,10 +1,14 @@
 """The sizes of view files: computed once per entry and kept while current.
 
-Owns ``ViewSizes``, which the tree makes over its memo and its freshness
-check (``Tree.view_sizes``) and the view file nodes (``mountd.tree.viewnodes``)
-ask. A size is kept in the memo with the object and with every object the
-view read through the context (``ObjectContext.seen``), and served for as
-long as the catalog hands out those same instances.
+Owns ``ViewSizes``, which the tree makes over its memo and itself
+(``Tree.view_sizes``) and the view file nodes (``mountd.tree.viewnodes``)
+ask. A size is kept in the memo with the object, with every object the
+view read through the context (``ObjectContext.seen``) and with the data
+epoch of every dataset whose chunks it read (``ObjectContext.read``). It is
+served for as long as the catalog hands out those same instances and each
+of those datasets is in the same data epoch: a table whose chunks are
+rewritten in storage, its description unchanged, is counted again once
+``metadata_ttl`` has run out, so its size and its bytes never disagree.
 
 Concurrency: one size computation per entry runs at a time: ``ViewSizes``
 keeps an event per entry being sized, registered with no ``await`` between
@@ -14,48 +18,92 @@ the check and the insert; others wait for it and then read the kept size
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
-from layouts.model import AnyObject, Domain
+from layouts.model import AnyObject, Dataset, Domain
 from layouts.views import ViewFile
 from mountd.cache.memo import Memo
+from mountd.tree.paths import ObjPath
 from mountd.tree.viewctx import ObjectContext
 
-#: Rough bytes one object a kept size depends on costs in the memo.
+#: Rough bytes one object or dataset a kept size depends on costs in the memo.
 _SEEN_BYTES = 64
 
-AllFresh = Callable[[Domain, Sequence[tuple[str, AnyObject]] | None], bool]
+
+class Freshness(Protocol):
+    """What tells whether the objects and data a size came from are current
+    (``mountd.tree.core.Tree``)."""
+
+    def all_fresh(self, domain: Domain, objects: Sequence[tuple[str, AnyObject]] | None
+                  ) -> bool: ...
+
+    def known_data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable | None: ...
+
+    async def data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    size: int
+    seen: list[tuple[str, AnyObject]]
+    #: Each dataset read, with the data epoch its chunks were read in.
+    read: tuple[tuple[Dataset, Hashable], ...]
 
 
 class ViewSizes:
     """The sizes of view files, computed once and kept while current."""
 
-    def __init__(self, memo: Memo, all_fresh: AllFresh) -> None:
+    def __init__(self, memo: Memo, fresh: Freshness) -> None:
         self._memo = memo
-        self._all_fresh = all_fresh
+        self._fresh = fresh
         self._sizing: dict[Hashable, trio.Event] = {}
 
-    def kept(self, key: Hashable, ctx: ObjectContext) -> int | None:
-        """The size kept under ``key``, if everything it came from is current."""
-        kept: tuple[int, list[tuple[str, AnyObject]]] | None = self._memo.get(key, ctx.obj)
-        if kept is None or not self._all_fresh(ctx.op.domain, kept[1]):
+    def _entry(self, key: Hashable, ctx: ObjectContext) -> _Kept | None:
+        """The entry kept under ``key`` if the objects it came from are current."""
+        kept: _Kept | None = self._memo.get(key, ctx.obj)
+        if kept is None or not self._fresh.all_fresh(ctx.op.domain, kept.seen):
             return None
-        return kept[0]
+        return kept
+
+    def kept(self, key: Hashable, ctx: ObjectContext) -> int | None:
+        """The size kept under ``key``, if everything it came from is known to be
+        current now, with no I/O (a dataset whose data epoch this period has not
+        learnt yet counts as changed)."""
+        kept = self._entry(key, ctx)
+        if kept is None:
+            return None
+        known = self._fresh.known_data_epoch
+        if any(known(ctx.op, ds) != epoch for ds, epoch in kept.read):
+            return None
+        return kept.size
+
+    async def _current(self, key: Hashable, ctx: ObjectContext) -> int | None:
+        """The size kept under ``key``, if everything it came from is current,
+        learning the data epochs of this period where needed."""
+        kept = self._entry(key, ctx)
+        if kept is None:
+            return None
+        for ds, epoch in kept.read:
+            if await self._fresh.data_epoch(ctx.op, ds) != epoch:
+                return None
+        return kept.size
 
     async def size(self, key: Hashable, ctx: ObjectContext, file: ViewFile) -> int:
         """The exact size of ``file``: kept, or computed now and kept."""
         while (pending := self._sizing.get(key)) is not None:
             await pending.wait()
-        size = self.kept(key, ctx)
-        if size is not None:
-            return size
         done = self._sizing[key] = trio.Event()
         try:
-            size = await file.size(ctx)
-            seen = list(ctx.seen)
-            self._memo.put(key, (size, seen), 16 + _SEEN_BYTES * len(seen), ctx.obj)
+            size = await self._current(key, ctx)
+            if size is None:
+                size = await file.size(ctx)
+                kept = _Kept(size, list(ctx.seen), tuple(ctx.read.values()))
+                self._memo.put(key, kept,
+                               16 + _SEEN_BYTES * (len(kept.seen) + len(kept.read)), ctx.obj)
         finally:
             del self._sizing[key]
             done.set()

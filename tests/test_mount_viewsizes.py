@@ -1,0 +1,139 @@
+"""A table's ``P.csv`` keeps an exact size when its chunks are rewritten in storage.
+
+The view's size is counted once and kept; its description (the dataset's
+JSON) does not change when only its chunks are rewritten, so the size must
+be kept with the data it was counted from, not only with the objects. Real
+FUSE mount of a local bucket written key by key (``tests.rawdomain``), with
+enough objects in the domain that the mount proves them unchanged from one
+listing (the same instances are served on, as on a real HSDS bucket), and
+``metadata_ttl`` of 1 s. Each case compares ``st_size`` with the bytes a
+read returns and with pandas' own CSV of the stored rows.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.mounting import fuse_available, mounted
+from tests.rawdomain import write_one_dataset
+from tests.test_control import stats
+
+pytestmark = [pytest.mark.mount,
+              pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))]
+
+ROOT = "g-3a3b4c5d-6e7f8091-b2b3-c4d5e6-f70819"
+DSET = "d-3a3b4c5d-6e7f8091-0000-000000-000001"
+ROW = np.dtype([("a", "<i4"), ("b", "<f8")])
+TYPE = {"class": "H5T_COMPOUND", "fields": [
+    {"name": "a", "type": {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"}},
+    {"name": "b", "type": {"class": "H5T_FLOAT", "base": "H5T_IEEE_F64LE"}}]}
+#: Objects besides the table, so the domain is listed and proven unchanged whole.
+OTHERS = 40
+TTL = 1.0
+CSV = "home/admin/t.h5/tab.csv"
+
+
+def rows(first: int, count: int, scale: float) -> np.ndarray:
+    out = np.zeros(count, ROW)
+    out["a"] = np.arange(first, first + count) * scale
+    out["b"] = out["a"] / 3
+    return out
+
+
+def write_bucket(bucket: Path, shape: int, chunk: int) -> Path:
+    """The domain, its table of ``shape`` rows in chunks of ``chunk`` and
+    ``OTHERS`` small datasets; the table's chunk directory is returned."""
+    table = write_one_dataset(bucket, "home/admin/t.h5", ROOT, DSET, "tab", TYPE, (shape,),
+                              (chunk,))
+    for i in range(-(-shape // chunk)):
+        (table / str(i)).write_bytes(rows(i * chunk, chunk, 1).tobytes())
+    db = table.parent.parent
+    group = json.loads((db / ".group.json").read_text())
+    for k in range(OTHERS):
+        other = f"d-3a3b4c5d-6e7f8091-0000-000000-{k + 100:06d}"
+        where = db / "d" / other[20:]
+        where.mkdir(parents=True)
+        (where / ".dataset.json").write_text(json.dumps(
+            {"id": other, "root": ROOT, "created": 1.0, "lastModified": 2.0,
+             "type": {"class": "H5T_INTEGER", "base": "H5T_STD_I32LE"},
+             "shape": {"class": "H5S_SIMPLE", "dims": [4], "maxdims": [4]}, "attributes": {},
+             "creationProperties": {"layout": {"class": "H5D_CHUNKED", "dims": [4]}}}))
+        group["links"][f"x{k}"] = {"class": "H5L_TYPE_HARD", "created": 1.0, "id": other}
+    (db / ".group.json").write_text(json.dumps(group))
+    return table
+
+
+def pandas_csv(table: Path, shape: int, chunk: int) -> bytes:
+    data = np.concatenate([np.frombuffer((table / str(i)).read_bytes(), ROW)
+                           for i in range(-(-shape // chunk))])[:shape]
+    out = io.StringIO()
+    pd.DataFrame(data).to_csv(out, index=False, lineterminator="\n")
+    return out.getvalue().encode()
+
+
+def shown(mp: Path) -> tuple[int, bytes]:
+    """``st_size`` of the CSV, then its bytes (the stat comes first, as for ``cp``)."""
+    size = (mp / CSV).stat().st_size
+    return size, (mp / CSV).read_bytes()
+
+
+def list_domain(mp: Path) -> None:
+    """List the domain's root group: its objects are read from one listing of
+    the domain, and a later listing that shows them unchanged serves the same
+    instances on."""
+    assert len(list((mp / "home/admin/t.h5").iterdir())) > OTHERS
+
+
+def after_ttl(mp: Path) -> None:
+    """Wait out ``metadata_ttl``, then list the domain again."""
+    time.sleep(TTL + 1.2)
+    list_domain(mp)
+
+
+@pytest.mark.parametrize("shape,chunk", [(1000, 500), (90_000, 30_000)],
+                         ids=["small", "versioned"])
+def test_a_rewritten_chunk_changes_the_size_with_the_bytes(tmp_path: Path, shape: int,
+                                                           chunk: int) -> None:
+    """Rewritten with longer values, a chunk makes the CSV longer: once
+    ``metadata_ttl`` has run out, size and bytes both show the new rows (the
+    small table is counted again every period; the versioned one, of more
+    than 1 MiB, when its chunk listing shows the change)."""
+    table = write_bucket(tmp_path / "bucket", shape, chunk)
+    with mounted(tmp_path / "bucket", tmp_path / "mnt", "-o", f"metadata_ttl={TTL}") as mp:
+        list_domain(mp)
+        size, data = shown(mp)
+        assert (size, data) == (len(data), pandas_csv(table, shape, chunk))
+        # A new mtime and size for the chunk, as a rewrite gives.
+        (table / "0").write_bytes(rows(0, chunk, 10_007).tobytes())
+        after_ttl(mp)
+        size, data = shown(mp)
+        assert data == pandas_csv(table, shape, chunk)
+        assert size == len(data)
+
+
+def test_an_unchanged_table_keeps_its_size_across_periods(tmp_path: Path) -> None:
+    """A table of more than 1 MiB whose chunks stay the same is not counted
+    again when ``metadata_ttl`` runs out: its size is kept with its data
+    epoch, learnt from one listing of its chunks (no chunk is decoded)."""
+    shape, chunk = 90_000, 30_000
+    table = write_bucket(tmp_path / "bucket", shape, chunk)
+    # The chunk cache holds one chunk, so a second count would decode again.
+    with mounted(tmp_path / "bucket", tmp_path / "mnt", "-o",
+                 f"metadata_ttl={TTL},chunk_cache=1M") as mp:
+        list_domain(mp)
+        size = (mp / CSV).stat().st_size
+        assert size == len(pandas_csv(table, shape, chunk))
+        decoded = stats(mp)["caches"]["chunks"]["misses"]
+        assert decoded >= -(-shape // chunk)
+        after_ttl(mp)
+        assert (mp / CSV).stat().st_size == size
+        chunks = stats(mp)["caches"]["chunks"]
+        assert chunks["misses"] == decoded
+        assert chunks["versions"] >= 2
