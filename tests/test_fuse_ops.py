@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numcodecs
 import numpy as np
 import pyfuse3
 import pytest
@@ -581,6 +582,26 @@ def test_stand_in_sizes_are_not_kept_by_the_kernel() -> None:
         # sized once, the next listing gives the kept size
         csv = next(r for r in await m.listdir(f5) if r.name == "table.csv")
         assert csv.size == len(text)
+    run(main)
+
+
+def test_a_variable_length_chunk_is_sized_again_in_a_new_data_epoch() -> None:
+    """A variable-length chunk's size is kept with the dataset's data epoch:
+    rewritten in storage (its dataset's description unchanged), the chunk
+    shows its new size once a new period begins, not the one kept."""
+    async def main() -> None:
+        m = await mount()
+        words = await m.ino("home/u/f.h5/g1/words")
+        first = await m.lookup(words, "0")
+        store = m.source.objects["d-w"].store  # type: ignore[union-attr]
+        assert first.st_size == len(store.chunks[(0,)])
+        longer = np.array(["a much longer first word", "and a second"], dtype=object)
+        store.chunks[(0,)] = bytes(numcodecs.VLenUTF8().encode(longer))
+        assert (await m.lookup(words, "0")).st_size == first.st_size  # same period: kept
+        m.tree.refresh()
+        entry = await m.lookup(words, "0")
+        assert entry.st_size == len(store.chunks[(0,)]) != first.st_size
+        assert await m.read_all(entry.st_ino) == store.chunks[(0,)]
     run(main)
 
 

@@ -297,20 +297,21 @@ class ChunkFile(InDomain, FileNode):
 
     async def stat(self) -> Stat:
         """Exact: a variable-length chunk is decoded to learn its size (kept
-        with the dataset object, so for ``metadata_ttl``)."""
+        with the dataset object and its data epoch, so while neither changed)."""
         ds = await self.tree.dataset(self.op)
         listed = chunk_file_stat(self.tree, ds)
         if listed.exact:
             return listed
-        size: int | None = self.tree.memo.get(self._size_key, ds)
+        key = await self._size_key(ds)
+        size: int | None = self.tree.memo.get(key, ds)
         if size is None:
             size = len(await self._data(ds))
-            self.tree.memo.put(self._size_key, size, 16, ds)
+            self.tree.memo.put(key, size, 16, ds)
         return Stat(NodeType.FILE, size=size, mtime=listed.mtime, ctime=listed.ctime)
 
-    @property
-    def _size_key(self) -> Hashable:
-        return ("chunk size", self.op.key, self.index)
+    async def _size_key(self, ds: Dataset) -> Hashable:
+        """The memo key of the chunk's size in the dataset's data epoch now."""
+        return ("chunk size", self.op.key, self.index, await self.tree.data_epoch(self.op, ds))
 
     async def _data(self, ds: Dataset) -> bytes:
         self.tree.chunk_file_read(self.op, ds, self.index)
@@ -331,8 +332,9 @@ class ChunkFile(InDomain, FileNode):
         if ds.chunk_nbytes is not None:
             return BytesHandle(lambda: self._data(ds), keep_cache=keep)
         data = await self._data(ds)
-        reported = self.tree.memo.get(self._size_key, ds)
-        self.tree.memo.put(self._size_key, len(data), 16, ds)
+        key = await self._size_key(ds)
+        reported = self.tree.memo.get(key, ds)
+        self.tree.memo.put(key, len(data), 16, ds)
 
         async def loaded() -> bytes:
             return data
