@@ -50,6 +50,8 @@ from layouts.hdf5 import HType, parsed_type
 from layouts.model import Dataset
 from layouts.views._api import FileView, Reader, ViewContext, ViewFile
 from layouts.views._arrays import read_rows
+from layouts.views._csvblock import Cells, block_bytes, block_size, cells_of_texts
+from layouts.views._csvblock import cells as array_cells
 from layouts.views._stream import StreamedFile
 
 #: Rows per block when a column has no better idea.
@@ -92,6 +94,11 @@ class Column(ABC):
         """The text of rows ``[start, stop)`` (``0 <= start <= stop <= rows``),
         unquoted, ``""`` for a missing value: exactly ``stop - start`` items."""
 
+    async def cells(self, ctx: ViewContext, start: int, stop: int) -> Cells | None:
+        """The same texts as arrays (``layouts.views._csvblock``), when the column
+        can make them without a Python object per value; else None."""
+        return None
+
     def block_rows(self, ctx: ViewContext) -> int:
         """A good number of rows to ask ``texts`` for at a time."""
         return BLOCK_ROWS
@@ -124,6 +131,8 @@ class _Leaf:
     json: Callable[[np.ndarray], list[str]]
     #: ``text`` never needs quoting.
     plain: bool = False
+    #: The same texts as arrays, for the kinds ``layouts.views._csvblock`` makes.
+    cells: Callable[[np.ndarray], Cells | None] | None = None
 
 
 class DatasetColumn(Column):
@@ -165,6 +174,12 @@ class DatasetColumn(Column):
         row_bytes = math.prod(shape[1:]) * (
             self.ds.type.itemsize if self.ds.type.fixed_size else VLEN_ROW_BYTES)
         return max(1, min(rows, BLOCK_BYTES // max(1, row_bytes)))
+
+    async def cells(self, ctx: ViewContext, start: int, stop: int) -> Cells | None:
+        if self._format is not None or self._leaf.cells is None:
+            return None
+        values = self._select(await self._memo.rows(ctx, start, stop))
+        return self._leaf.cells(values) if values.ndim == 1 else None
 
     async def texts(self, ctx: ViewContext, start: int, stop: int) -> list[str]:
         values = self._select(await self._memo.rows(ctx, start, stop))
@@ -408,15 +423,17 @@ def _leaf(dtype: np.dtype[Any], htype: HType | None) -> _Leaf:
     """How values of ``dtype`` (parsed HDF5 type ``htype``, if known) become text."""
     kind = dtype.kind
     if kind == "b":
-        return _Leaf(_bool_texts, _bool_json, plain=True)
+        return _Leaf(_bool_texts, _bool_json, plain=True, cells=array_cells)
     if kind in "iu":
-        leaf = _Leaf(_number_texts, _number_texts, plain=True)
+        leaf = _Leaf(_number_texts, _number_texts, plain=True, cells=array_cells)
         if htype is not None and htype.cls == "enum" and htype.members:
             return _enum_leaf(leaf, {v: k for k, v in htype.members.items()})
         return leaf
     if kind == "f":
-        return _Leaf(_float_texts, _number_texts, plain=True)
-    if kind in "SU":
+        return _Leaf(_float_texts, _number_texts, plain=True, cells=array_cells)
+    if kind == "S":
+        return _Leaf(_string_texts, _string_json, cells=array_cells)
+    if kind == "U":
         return _Leaf(_string_texts, _string_json)
     if kind == "V" and dtype.names is None:
         return _Leaf(_opaque_texts, _opaque_json)
@@ -511,26 +528,74 @@ def _check_count(ctx: ViewContext, got: Sequence[Any], start: int, stop: int, wh
 
 
 class _CsvFile(StreamedFile):
+    """Produced and counted block by block: a block whose every column gives
+    cells (``layouts.views._csvblock``; a column that needs quoting gives them
+    from its quoted texts) is assembled from them, or only counted for the
+    size; any other block is joined from its texts."""
+
     def __init__(self, columns: Sequence[Column]) -> None:
         self.columns = tuple(columns)
 
-    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+    def _header(self, ctx: ViewContext) -> bytes:
         columns = self.columns
-        if not columns:
-            return
         rows = columns[0].rows
         if any(column.rows != rows for column in columns):
             raise ctx.error("table columns of different lengths: "
                             + ", ".join(f"{c.header}={c.rows}" for c in columns))
-        yield _encode(csv_line([column.header for column in columns]))
-        block = max(1, min(column.block_rows(ctx) for column in columns))
-        for start, stop in _blocks(rows, block):
-            fields: list[list[str]] = []
-            for column in columns:
-                texts = await column.texts(ctx, start, stop)
-                _check_count(ctx, texts, start, stop, column.header)
-                fields.append(texts if column.plain else _quoted_all(texts))
-            yield _encode(_lines(fields, stop - start))
+        return _encode(csv_line([column.header for column in columns]))
+
+    def _ranges(self, ctx: ViewContext) -> Iterator[tuple[int, int]]:
+        block = max(1, min(column.block_rows(ctx) for column in self.columns))
+        return _blocks(self.columns[0].rows, block)
+
+    async def _block(self, ctx: ViewContext, start: int, stop: int) -> list[Cells] | bytes:
+        """The block's cells, one per column, or its lines as bytes."""
+        out: list[Cells] = []
+        fields: list[list[str]] = []
+        for column in self.columns:
+            got = await column.cells(ctx, start, stop)
+            if got is not None and got.plain:
+                _check_count(ctx, got.lengths, start, stop, column.header)
+                out.append(got)
+                continue
+            texts = await column.texts(ctx, start, stop)
+            _check_count(ctx, texts, start, stop, column.header)
+            fields.append(texts if column.plain else _quoted_all(texts))
+            made = cells_of_texts(fields[-1])
+            if made is None:
+                out.clear()
+            else:
+                out.append(made)
+        if len(out) == len(self.columns) and (
+                len(out) > 1 or int(out[0].lengths.min()) > 0):  # else '""' lines
+            return out
+        return _encode(_lines([await self._texts(ctx, c, start, stop) for c in self.columns],
+                              stop - start))
+
+    @staticmethod
+    async def _texts(ctx: ViewContext, column: Column, start: int, stop: int) -> list[str]:
+        texts = await column.texts(ctx, start, stop)
+        _check_count(ctx, texts, start, stop, column.header)
+        return texts if column.plain else _quoted_all(texts)
+
+    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+        if not self.columns:
+            return
+        yield self._header(ctx)
+        for start, stop in self._ranges(ctx):
+            block = await self._block(ctx, start, stop)
+            yield block if isinstance(block, bytes) else block_bytes(block)
+
+    async def size(self, ctx: ViewContext) -> int:
+        """Counted block by block from the cells' lengths where there are
+        cells, without assembling their lines."""
+        if not self.columns:
+            return 0
+        total = len(self._header(ctx))
+        for start, stop in self._ranges(ctx):
+            block = await self._block(ctx, start, stop)
+            total += len(block) if isinstance(block, bytes) else block_size(block)
+        return total
 
 
 def _lines(fields: list[list[str]], rows: int) -> str:
@@ -585,13 +650,35 @@ class _LinesFile(StreamedFile):
     def __init__(self, column: Column) -> None:
         self.column = column
 
-    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+    async def _block(self, ctx: ViewContext, start: int, stop: int) -> Cells | bytes:
+        """The block's cells, or its lines as bytes."""
         column = self.column
-        for start, stop in _blocks(column.rows, max(1, column.block_rows(ctx))):
-            texts = await column.texts(ctx, start, stop)
-            _check_count(ctx, texts, start, stop, column.header)
-            texts.append("")
-            yield _encode("\n".join(texts))
+        got = await column.cells(ctx, start, stop)
+        if got is not None:
+            _check_count(ctx, got.lengths, start, stop, column.header)
+            return got
+        texts = await column.texts(ctx, start, stop)
+        _check_count(ctx, texts, start, stop, column.header)
+        made = cells_of_texts(texts)
+        if made is not None:
+            return made
+        texts.append("")
+        return _encode("\n".join(texts))
+
+    def _ranges(self, ctx: ViewContext) -> Iterator[tuple[int, int]]:
+        return _blocks(self.column.rows, max(1, self.column.block_rows(ctx)))
+
+    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+        for start, stop in self._ranges(ctx):
+            block = await self._block(ctx, start, stop)
+            yield block if isinstance(block, bytes) else block_bytes([block])
+
+    async def size(self, ctx: ViewContext) -> int:
+        total = 0
+        for start, stop in self._ranges(ctx):
+            block = await self._block(ctx, start, stop)
+            total += len(block) if isinstance(block, bytes) else block_size([block])
+        return total
 
 
 def lines_file(column: Column) -> ViewFile:

@@ -1,0 +1,179 @@
+"""``layouts.views._csvblock``: table text at array speed equals the text made value by value.
+
+Hypothesis draws tables (integers of every width and byte order, float32
+and float64 with NaN, infinities, subnormals and -0.0, bools, fixed-length
+byte strings with quotes, commas, line breaks, edge white space, NUL and
+bytes that are not ASCII, plus enum and variable-length columns that have
+no cells), cut into chunks of random rows. For each, the CSV and lines files
+(``layouts.views._columns``) must give exactly the bytes of the reference
+path, which joins each value's text made one by one (``Column.texts``, as
+every block was made before this module), and their ``size`` must be the
+length of those bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from layouts.model import VlenKind
+from layouts.views import _columns as columns
+from layouts.views._columns import Column, DatasetColumn, csv_file, lines_file
+from layouts.views._csvblock import block_bytes, block_size, cells, cells_of_texts
+from tests.test_columns import UTF8_JSON, Ctx, content, fixed, vlen
+
+NUMBER_DTYPES = ["i1", "u1", "<i2", ">u2", "<i4", ">i4", "<u4", "<i8", ">i8", "<u8", ">u8",
+                 "<f4", ">f4", "<f8", ">f8", "?"]
+#: Byte strings that stress quoting and the cells' checks.
+ODD = [b"", b"a", b"a,b", b'q"q', b"x\ny", b"cr\r", b" lead", b"trail\t", b"\x1fx",
+       b"mid\0nul", b"caf\xc3\xa9", b"\xff", b"0123456789"]
+
+
+def reference(cols: Sequence[Column], ctx: Any, lines: bool = False) -> bytes:
+    """The file as made value by value: each block's texts joined."""
+    async def make() -> bytes:
+        out = [] if lines else [columns.csv_line([c.header for c in cols]).encode()]
+        block = max(1, min(c.block_rows(ctx) for c in cols))
+        for start, stop in columns._blocks(cols[0].rows, block):
+            fields = []
+            for c in cols:
+                texts = await c.texts(ctx, start, stop)
+                fields.append(texts if c.plain or lines else columns._quoted_all(texts))
+            if lines:
+                out.append("".join(f"{t}\n" for t in fields[0]).encode("utf-8", "replace"))
+            else:
+                out.append(columns._encode(columns._lines(fields, stop - start)))
+        return b"".join(out)
+    return trio.run(make)
+
+
+def produced(file: Any, ctx: Any) -> tuple[bytes, int]:
+    async def both() -> tuple[bytes, int]:
+        return await content(file, ctx), await file.size(ctx)
+    return trio.run(both)
+
+
+@st.composite
+def number_column(draw: st.DrawFn, rows: int) -> np.ndarray:
+    dtype = np.dtype(draw(st.sampled_from(NUMBER_DTYPES)))
+    if dtype.kind == "f":
+        elements = st.floats(width=8 * dtype.itemsize, allow_nan=True, allow_infinity=True,
+                             allow_subnormal=True)
+        return draw(hnp.arrays(dtype, rows, elements=elements))
+    return draw(hnp.arrays(dtype, rows))
+
+
+@st.composite
+def bytes_column(draw: st.DrawFn, rows: int) -> np.ndarray:
+    """Byte strings: any mix, or plain ones with at most one odd value among them
+    (so the one value decides whether the block needs quoting)."""
+    if draw(st.booleans()):
+        pick = st.one_of(st.sampled_from(ODD), st.binary(max_size=6),
+                         st.text(alphabet="abc ,\"", max_size=5).map(str.encode))
+        values = [draw(pick) for _ in range(rows)]
+    else:
+        plain = st.text(alphabet="xyz019-", max_size=6).map(str.encode)
+        values = [draw(plain) for _ in range(rows)]
+        if draw(st.booleans()):
+            values[draw(st.integers(0, rows - 1))] = draw(st.sampled_from(ODD))
+    width = max(1, draw(st.integers(0, 3)) + max(len(v) for v in values))
+    return np.array(values, dtype=f"S{width}")
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> tuple[list[Column], Any]:
+    rows = draw(st.integers(1, 600))
+    per_chunk = draw(st.integers(1, 300))
+    count = draw(st.integers(1, 4))
+    cols: list[Column] = []
+    for i in range(count):
+        kind = draw(st.sampled_from(["number", "number", "bytes", "text"]))
+        if kind == "text":
+            words = draw(st.lists(st.text(max_size=5), min_size=rows, max_size=rows))
+            cols.append(DatasetColumn(vlen(f"d-{i}", words, per_chunk, VlenKind.UTF8,
+                                           UTF8_JSON), f"t{i}"))
+            continue
+        values = draw(number_column(rows) if kind == "number" else bytes_column(rows))
+        cols.append(DatasetColumn(fixed(f"d-{i}", values, per_chunk), f"c{i},{kind}"))
+    return cols, Ctx()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables())
+def test_csv_equals_the_texts_made_one_by_one(table: tuple[list[Column], Any]) -> None:
+    cols, ctx = table
+    data, size = produced(csv_file(cols), ctx)
+    assert data == reference(cols, ctx)
+    assert size == len(data)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables())
+def test_lines_equal_the_texts_made_one_by_one(table: tuple[list[Column], Any]) -> None:
+    cols, ctx = table
+    data, size = produced(lines_file(cols[0]), ctx)
+    assert data == reference(cols[:1], ctx, lines=True)
+    assert size == len(data)
+
+
+@given(st.data())
+def test_a_blocks_size_is_the_length_of_its_bytes(data: st.DataObject) -> None:
+    rows = data.draw(st.integers(1, 200))
+    made = []
+    for _ in range(data.draw(st.integers(1, 5))):
+        values = data.draw(number_column(rows) | bytes_column(rows))
+        got = cells(values)
+        if got is None:
+            texts = [v.decode("latin-1") for v in values.tolist()] \
+                if values.dtype.kind == "S" else [str(v) for v in values.tolist()]
+            got = cells_of_texts(texts)
+        if got is not None:
+            made.append(got)
+    if made:
+        assert len(block_bytes(made)) == block_size(made)
+
+
+@pytest.mark.parametrize("odd", ODD)
+@pytest.mark.parametrize("where", [0, 3, 7])
+def test_one_odd_byte_string_among_plain_ones(odd: bytes, where: int) -> None:
+    """The one value decides whether the block needs quoting (or has no cells)."""
+    values = [b"abc", b"x", b"12", b"", b"zz-9", b"q", b"w", b"e"]
+    values[where] = odd
+    array = np.array(values, dtype=f"S{max(len(v) for v in values) + 1}")
+    for cols in ([DatasetColumn(fixed("d-b", array, 3), "b")],
+                 [DatasetColumn(fixed("d-n", np.arange(8), 5), "n"),
+                  DatasetColumn(fixed("d-b", array, 3), "b")]):
+        ctx = Ctx()
+        data, size = produced(csv_file(cols), ctx)
+        assert data == reference(cols, ctx)
+        assert size == len(data)
+
+
+def test_non_finite_floats_alone_and_among_others() -> None:
+    for values in ([np.nan, 1.0], [np.inf], [-np.inf, 2.0], [np.nan], [-np.nan, -np.inf],
+                   [np.inf, np.nan, -np.inf, 0.5, -0.0]):
+        for dtype in ("<f8", ">f4"):
+            array = np.array(values, dtype)
+            got = cells(array)
+            assert got is not None
+            expected = "".join(f"{t}\n" for t in columns._float_texts(array)).encode()
+            assert block_bytes([got]) == expected
+            assert block_size([got]) == len(expected)
+
+
+def test_which_kinds_have_cells() -> None:
+    assert cells(np.array([1.5], dtype="<f2")) is None
+    assert cells(np.array(["x"], dtype="U1")) is None
+    assert cells(np.array([b"\xc3\xa9"], dtype="S2")) is None  # not ASCII
+    assert cells(np.array([b"a\0b"], dtype="S3")) is None  # a NUL inside
+    assert cells(np.zeros((2, 2), dtype="<i4")) is None
+    quoted = cells(np.array([b"a,b", b"c"], dtype="S3"))
+    assert quoted is not None and not quoted.plain
+    assert cells_of_texts(["a\0"]) is None
