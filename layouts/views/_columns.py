@@ -38,7 +38,7 @@ import base64
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -521,8 +521,7 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "replace")
 
 
-def _check_count(ctx: ViewContext, got: Sequence[Any], start: int, stop: int, what: str
-                 ) -> None:
+def _check_count(ctx: ViewContext, got: Sized, start: int, stop: int, what: str) -> None:
     if len(got) != stop - start:
         raise ctx.error(f"{what} gave {len(got)} values for rows {start}:{stop}")
 
@@ -555,7 +554,7 @@ class _CsvFile(StreamedFile):
         for column in self.columns:
             got = await column.cells(ctx, start, stop)
             if got is not None and got.plain:
-                _check_count(ctx, got.lengths, start, stop, column.header)
+                _check_count(ctx, got, start, stop, column.header)
                 out.append(got)
                 continue
             texts = await column.texts(ctx, start, stop)
@@ -566,8 +565,7 @@ class _CsvFile(StreamedFile):
                 out.clear()
             else:
                 out.append(made)
-        if len(out) == len(self.columns) and (
-                len(out) > 1 or int(out[0].lengths.min()) > 0):  # else '""' lines
+        if len(out) == len(self.columns) and (len(out) > 1 or not out[0].empty):  # '""' lines
             return out
         return _encode(_lines([await self._texts(ctx, c, start, stop) for c in self.columns],
                               stop - start))
@@ -655,7 +653,7 @@ class _LinesFile(StreamedFile):
         column = self.column
         got = await column.cells(ctx, start, stop)
         if got is not None:
-            _check_count(ctx, got.lengths, start, stop, column.header)
+            _check_count(ctx, got, start, stop, column.header)
             return got
         texts = await column.texts(ctx, start, stop)
         _check_count(ctx, texts, start, stop, column.header)

@@ -39,42 +39,52 @@ _SPECIAL[[ord(","), ord('"'), ord("\r"), ord("\n")]] = True
 _EDGE = np.zeros(256, dtype=bool)
 _EDGE[[ord(c) for c in " \t\n\v\f\r\x1c\x1d\x1e\x1f"]] = True
 _COMMA = ord(",")
+#: The lowest byte that is neither special nor white space at an edge.
+_FIRST_PLAIN = max(np.flatnonzero(_SPECIAL | _EDGE)) + 1
 _NONFINITE = {"nan": b"nan", "inf": b"inf", "-inf": b"-inf"}
 
 
 class Cells:
-    """The texts of one column over a block of rows (see the module docstring)."""
+    """The texts of one column over a block of rows (see the module docstring):
+    their total length always, each one's length and the matrix when asked
+    (made once, by whichever caller asks first)."""
 
-    __slots__ = ("_make", "_matrix", "lengths", "plain")
+    __slots__ = ("_lengths", "_matrix", "empty", "plain", "rows", "total")
 
-    def __init__(self, lengths: np.ndarray, plain: bool,
-                 matrix: np.ndarray | None = None,
-                 make: Callable[[], np.ndarray] | None = None) -> None:
-        #: Each text's length in bytes (int64).
-        self.lengths = lengths
-        #: True when no text needs CSV quoting.
+    def __init__(self, rows: int, total: int, *, plain: bool, empty: bool,
+                 lengths: np.ndarray | Callable[[], np.ndarray],
+                 matrix: np.ndarray | Callable[[], np.ndarray]) -> None:
+        self.rows = rows
+        #: The texts' lengths in bytes, added up.
+        self.total = total
+        #: True when no text needs CSV quoting; True when some text is empty.
         self.plain = plain
+        self.empty = empty
+        self._lengths = lengths
         self._matrix = matrix
-        self._make = make
+
+    def __len__(self) -> int:
+        return self.rows
 
     @property
-    def rows(self) -> int:
-        return len(self.lengths)
+    def lengths(self) -> np.ndarray:
+        """Each text's length in bytes (int64)."""
+        if callable(self._lengths):
+            self._lengths = self._lengths()
+        return self._lengths
 
     def matrix(self) -> np.ndarray:
         """The texts as a ``(rows, width)`` uint8 matrix, NUL-padded."""
-        if self._matrix is None:
-            assert self._make is not None
-            self._matrix = self._make()
-            self._make = None
+        if callable(self._matrix):
+            self._matrix = self._matrix()
         return self._matrix
 
 
 def _fixed(raw: np.ndarray, lengths: np.ndarray, plain: bool) -> Cells:
     """Cells of a C-contiguous fixed-width bytes array whose values are
-    NUL-padded already (numpy's ``S`` layout)."""
-    width = raw.dtype.itemsize
-    return Cells(lengths, plain, matrix=raw.view(np.uint8).reshape(len(raw), width))
+    NUL-padded already (numpy's ``S`` layout), of the given lengths."""
+    return Cells(len(raw), int(lengths.sum()), plain=plain, empty=bool((lengths == 0).any()),
+                 lengths=lengths, matrix=raw.view(np.uint8).reshape(len(raw), raw.dtype.itemsize))
 
 
 _BOOL = np.array([b"False", b"True"], dtype="S5")
@@ -83,62 +93,101 @@ _BOOL_LEN = np.array([5, 4], dtype=np.int64)
 
 def _bool_cells(values: np.ndarray) -> Cells:
     index = values.astype(np.intp)
-    return _fixed(_BOOL[index], _BOOL_LEN[index], plain=True)
+    trues = int(np.count_nonzero(values))
+    return Cells(len(values), 4 * trues + 5 * (len(values) - trues), plain=True, empty=False,
+                 lengths=lambda: _BOOL_LEN[index],
+                 matrix=lambda: _BOOL[index].view(np.uint8).reshape(len(index), 5))
+
+
+class _Serialised:
+    """One array as orjson writes it (``[v0,v1,...]``), and where each value
+    lies in it, found when first asked."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
+        self.buf = np.frombuffer(orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY),
+                                 dtype=np.uint8)
+        self.rows = len(values)
+        self._starts: np.ndarray | None = None
+
+    @property
+    def total(self) -> int:
+        """The values' lengths added up: all but the brackets and commas."""
+        return len(self.buf) - 2 - (self.rows - 1)
+
+    def starts_and_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        commas = np.flatnonzero(self.buf == _COMMA)
+        starts = np.empty(self.rows, dtype=np.int64)
+        starts[0] = 1
+        starts[1:] = commas + 1
+        ends = np.empty(self.rows, dtype=np.int64)
+        ends[:-1] = commas
+        ends[-1] = len(self.buf) - 1
+        return starts, ends - starts
+
+    def matrix(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Each value left-aligned in a row as wide as the longest of ``lengths``:
+        a window of the serialised array from its start, zeroed from its length
+        on (its comma, the next value)."""
+        width = int(lengths.max())
+        padded = np.concatenate([self.buf, np.zeros(width, dtype=np.uint8)])
+        matrix = sliding_window_view(padded, width)[starts]
+        matrix *= np.arange(width) < lengths[:, None]
+        return matrix
 
 
 def _json_cells(values: np.ndarray) -> Cells:
-    """Cells of numbers as orjson writes them, each found between the commas
-    of one serialised array (``null`` for a non-finite float)."""
-    native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
-    raw = orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY)
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    commas = np.flatnonzero(buf == _COMMA)
-    starts = np.empty(len(values), dtype=np.int64)
-    starts[0] = 1
-    starts[1:] = commas + 1
-    ends = np.empty(len(values), dtype=np.int64)
-    ends[:-1] = commas
-    ends[-1] = len(buf) - 1
-    lengths = ends - starts
+    """Cells of integers (or finite floats) as orjson writes them."""
+    return _json_cells_of(_Serialised(values), values)
 
-    def make() -> np.ndarray:
-        width = int(lengths.max())
-        # Each row is a window of the serialised array from the value's start,
-        # cut at its length: the bytes after it (its comma, the next value) are zeroed.
-        padded = np.concatenate([buf, np.zeros(width, dtype=np.uint8)])
-        matrix = sliding_window_view(padded, width)[starts]
-        matrix[np.arange(width) >= lengths[:, None]] = 0
-        return matrix
 
-    return Cells(lengths, plain=True, make=make)
+def _json_cells_of(serialised: _Serialised, values: np.ndarray) -> Cells:
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def layout() -> tuple[np.ndarray, np.ndarray]:
+        if not found:
+            found.append(serialised.starts_and_lengths())
+        return found[0]
+
+    return Cells(len(values), serialised.total, plain=True, empty=False,
+                 lengths=lambda: layout()[1], matrix=lambda: serialised.matrix(*layout()))
 
 
 def _float_cells(values: np.ndarray) -> Cells:
-    cells = _json_cells(values)
+    """Cells of floats as orjson writes them, its ``null`` for a non-finite
+    value replaced by ``nan``, ``inf`` or ``-inf``."""
+    serialised = _Serialised(values)
     finite = np.isfinite(values)
     if finite.all():
-        return cells
-    make = cells._make
-    assert make is not None
-    signs = np.signbit(values)
-    infinite = ~finite & ~np.isnan(values)
-    patches = [(where, text) for where, text in ((np.isnan(values), _NONFINITE["nan"]),
-                                                 (infinite & ~signs, _NONFINITE["inf"]),
-                                                 (infinite & signs, _NONFINITE["-inf"]))
+        return _json_cells_of(serialised, values)
+    nan = np.isnan(values)
+    negative = np.signbit(values)
+    patches = [(where, text) for where, text in ((nan, _NONFINITE["nan"]),
+                                                 (~finite & ~nan & ~negative, _NONFINITE["inf"]),
+                                                 (~finite & ~nan & negative, _NONFINITE["-inf"]))
                if where.any()]
-    for where, text in patches:
-        cells.lengths[where] = len(text)
+    total = serialised.total + sum(int(np.count_nonzero(where)) * (len(text) - len(b"null"))
+                                   for where, text in patches)
+    found: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def patched() -> np.ndarray:
-        matrix = make()  # as wide as the longest text, patched ones included
+    def layout() -> tuple[np.ndarray, np.ndarray]:
+        if not found:
+            starts, lengths = serialised.starts_and_lengths()
+            for where, text in patches:
+                lengths[where] = len(text)
+            found.append((starts, lengths))
+        return found[0]
+
+    def matrix() -> np.ndarray:
+        out = serialised.matrix(*layout())  # as wide as the longest text, patched included
         for where, text in patches:
-            row = np.zeros(matrix.shape[1], dtype=np.uint8)
+            row = np.zeros(out.shape[1], dtype=np.uint8)
             row[:len(text)] = np.frombuffer(text, dtype=np.uint8)
-            matrix[where] = row
-        return matrix
+            out[where] = row
+        return out
 
-    cells._make = patched
-    return cells
+    return Cells(len(values), total, plain=True, empty=False,
+                 lengths=lambda: layout()[1], matrix=matrix)
 
 
 def _bytes_cells(values: np.ndarray) -> Cells | None:
@@ -147,17 +196,24 @@ def _bytes_cells(values: np.ndarray) -> Cells | None:
     if not width:
         return None
     matrix = raw.view(np.uint8).reshape(len(raw), width)
-    if len(raw) and int(matrix.max()) >= 0x80:
+    if int(matrix.max()) >= 0x80:
         return None
     lengths = np.char.str_len(raw).astype(np.int64)
     if int(np.count_nonzero(matrix)) != int(lengths.sum()):
         return None  # a NUL inside a value
-    rows = np.arange(len(raw))
+    return _fixed(raw, lengths, _plain(matrix, lengths))
+
+
+def _plain(matrix: np.ndarray, lengths: np.ndarray) -> bool:
+    """True if no text of ``matrix`` (ASCII, NUL-padded) needs CSV quoting."""
+    # Every byte that can call for quotes is below this one: most blocks have none.
+    if not ((matrix < _FIRST_PLAIN) & (matrix != 0)).any():
+        return True
+    rows = np.arange(len(matrix))
     nonempty = lengths > 0
-    plain = not (_SPECIAL[matrix].any()
-                 or _EDGE[matrix[nonempty, 0]].any()
-                 or _EDGE[matrix[rows[nonempty], lengths[nonempty] - 1]].any())
-    return Cells(lengths, plain, matrix=matrix)
+    return not (_SPECIAL[matrix].any()
+                or _EDGE[matrix[nonempty, 0]].any()
+                or _EDGE[matrix[rows[nonempty], lengths[nonempty] - 1]].any())
 
 
 def cells(values: np.ndarray) -> Cells | None:
@@ -192,7 +248,7 @@ def cells_of_texts(texts: Sequence[str]) -> Cells | None:
 def block_size(columns: Sequence[Cells]) -> int:
     """The bytes ``block_bytes`` gives for the same cells (one separator or line
     end after each field)."""
-    return sum(int(c.lengths.sum()) for c in columns) + len(columns) * columns[0].rows
+    return sum(c.total for c in columns) + len(columns) * columns[0].rows
 
 
 def block_bytes(columns: Sequence[Cells], sep: bytes = b",", end: bytes = b"\n") -> bytes:
@@ -201,7 +257,7 @@ def block_bytes(columns: Sequence[Cells], sep: bytes = b",", end: bytes = b"\n")
     rows = columns[0].rows
     matrices = [c.matrix() for c in columns]
     width = sum(m.shape[1] for m in matrices) + len(matrices)
-    lines = np.zeros((rows, width), dtype=np.uint8)
+    lines = np.empty((rows, width), dtype=np.uint8)  # every byte is written below
     at = 0
     for i, matrix in enumerate(matrices):
         lines[:, at:at + matrix.shape[1]] = matrix
