@@ -292,8 +292,9 @@ class MountConfig:
              "while they would take more than half of it")
     cache_dir: str | None = option(
         text("DIR", "directory", path=True), shown="none",
-        help="also keep remote blocks on disk in DIR, validated by ETag, so they survive a "
-             "remount")
+        help="also keep remote blocks on disk in DIR, validated by ETag, and the sizes of "
+             "views made of one dataset (a table's CSV), validated by its stored chunks, so "
+             "they survive a remount")
     disk_cache_size: int = option(
         size(), default=10 << 30,
         help="largest size of `cache_dir`; the cache also always leaves 5% (at least 1 GiB) "

@@ -60,6 +60,7 @@ from mountd.gcpolicy import tune_gc
 from mountd.sources import Source, open_source
 from mountd.tree import make_tree
 from mountd.tree.h5view import H5Views
+from mountd.tree.sizerecords import SizeRecords
 
 log = logging.getLogger(__name__)
 
@@ -321,8 +322,10 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     if config.chunk_cache:  # chunks decoded in place are born in the buffers the cache keeps
         decoding.OUTPUT.take = cache.pool.buffer
     catalog = CachedCatalog(source.catalog, ttl=config.metadata_ttl)
+    disk = source.block_cache.disk if source.block_cache is not None else None
     tree = make_tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
-                     h5views=H5Views.for_mount(config), memo_bytes=config.meta_cache)
+                     h5views=H5Views.for_mount(config), memo_bytes=config.meta_cache,
+                     size_records=None if disk is None else SizeRecords(disk, config.source))
     started, started_monotonic = time.time(), time.monotonic()
 
     def reporter(ops: Operations) -> stats.Reporter:

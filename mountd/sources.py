@@ -106,12 +106,15 @@ async def open_source(config: MountConfig) -> AsyncIterator[Source]:
         raise SourceError(f"{source}: {scheme}:// sources are not supported")
     if not remote and not os.path.exists(source):
         raise SourceError(f"{source}: no such file or directory")
+    # With cache_dir, the disk cache is there from the start: view sizes are kept
+    # in it (mountd.tree.sizerecords) even where no remote block is ever read.
+    cache = await _block_cache(config) if config.cache_dir is not None else None
     async with AsyncExitStack() as stack:
         if remote or not os.path.isdir(source):
-            host = _Host(config, stack)
+            host = _Host(config, stack, cache=cache)
             place = Place(source, PlaceKind.FILE)
         else:
-            host = _Host(config, stack, storage=_posix_opener(source))
+            host = _Host(config, stack, storage=_posix_opener(source), cache=cache)
             place = Place(source, PlaceKind.DIRECTORY, LocalStore(source))
         catalog = await _open(place, host)
         yield Source(catalog, host.cache)

@@ -137,3 +137,26 @@ def test_an_unchanged_table_keeps_its_size_across_periods(tmp_path: Path) -> Non
         chunks = stats(mp)["caches"]["chunks"]
         assert chunks["misses"] == decoded
         assert chunks["versions"] >= 2
+
+
+def test_a_remount_with_cache_dir_takes_the_size_kept_on_disk(tmp_path: Path) -> None:
+    """With ``cache_dir``, a remount learns the table's version (one listing of
+    its chunks) and reads its CSV's size back from disk, decoding no chunk; a
+    chunk rewritten since makes another version, and the size is counted again."""
+    shape, chunk = 90_000, 30_000
+    table = write_bucket(tmp_path / "bucket", shape, chunk)
+    options = ("-o", f"cache_dir={tmp_path / 'cache'}")
+    expected = pandas_csv(table, shape, chunk)
+    with mounted(tmp_path / "bucket", tmp_path / "mnt", *options) as mp:
+        assert (mp / CSV).stat().st_size == len(expected)
+        assert stats(mp)["caches"]["chunks"]["misses"] >= -(-shape // chunk)
+    with mounted(tmp_path / "bucket", tmp_path / "mnt", *options) as mp:
+        assert (mp / CSV).stat().st_size == len(expected)
+        assert stats(mp)["caches"]["chunks"]["misses"] == 0
+        assert (mp / CSV).read_bytes() == expected
+    (table / "1").write_bytes(rows(chunk, chunk, 10_007).tobytes())
+    changed = pandas_csv(table, shape, chunk)
+    assert len(changed) != len(expected)
+    with mounted(tmp_path / "bucket", tmp_path / "mnt", *options) as mp:
+        size, data = shown(mp)
+        assert data == changed and size == len(data)

@@ -70,6 +70,12 @@ class DataEpochs:
         found = self._known.get(key)
         return found.data_epoch if found is not None and found.period == period else None
 
+    def version(self, key: Hashable, period: Hashable) -> Hashable | None:
+        """The version of ``key`` learnt in ``period`` (None if it is not learnt
+        yet, or the store could not tell it)."""
+        found = self._known.get(key)
+        return found.version if found is not None and found.period == period else None
+
     async def data_epoch(self, key: Hashable, period: Hashable,
                          version: Callable[[], Awaitable[Hashable | None]]) -> Hashable:
         """The data epoch of ``key`` in ``period``, learning the period's ``version()``

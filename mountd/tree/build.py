@@ -29,15 +29,18 @@ from mountd.tree.groups import GroupDir
 from mountd.tree.h5view import H5Views
 from mountd.tree.nodes import DirNode
 from mountd.tree.paths import root_path
+from mountd.tree.sizerecords import SizeRecords
 
 
 def make_tree(catalog: Catalog, views: Sequence[View] = (), ttl: float = 60.0,
               chunk_cache: ChunkCache | None = None,
-              h5views: H5Views | None = None, *, memo_bytes: int = MEMO_BYTES) -> Tree:
+              h5views: H5Views | None = None, *, memo_bytes: int = MEMO_BYTES,
+              size_records: SizeRecords | None = None) -> Tree:
     """The tree of a mount of ``catalog``, showing ``views`` and, unless None,
-    the ``D.h5`` images of ``h5views`` (``Tree`` says what the rest are)."""
+    the ``D.h5`` images of ``h5views`` and view sizes kept on disk in
+    ``size_records`` (``Tree`` says what the rest are)."""
     return Tree(catalog, views, ttl, chunk_cache, root=mount_root, h5views=h5views,
-                memo_bytes=memo_bytes)
+                memo_bytes=memo_bytes, size_records=size_records)
 
 
 async def mount_root(tree: Tree) -> DirNode:

@@ -54,6 +54,7 @@ from mountd.tree.links import Links
 from mountd.tree.paths import ObjPath, Places
 from mountd.tree.preload import Preloader
 from mountd.tree.refindex import RefIndex
+from mountd.tree.sizerecords import SizeRecords
 from mountd.tree.viewsizes import ViewSizes
 
 if TYPE_CHECKING:
@@ -75,7 +76,8 @@ class Tree:
     def __init__(self, catalog: Catalog, views: Sequence[View] = (),
                  ttl: float = 60.0, chunk_cache: ChunkCache | None = None, *,
                  root: Callable[[Tree], Awaitable[DirNode]],
-                 h5views: H5Views | None = None, memo_bytes: int = MEMO_BYTES) -> None:
+                 h5views: H5Views | None = None, memo_bytes: int = MEMO_BYTES,
+                 size_records: SizeRecords | None = None) -> None:
         self.catalog = catalog
         self.views = tuple(views)
         #: The views that show an entry ``P<suffix>`` beside the objects they apply to.
@@ -104,7 +106,7 @@ class Tree:
         self.links = Links(catalog, self.obj)
         self.refs = RefIndex(self.obj, self.epoch)
         self.preload = Preloader(self.obj, self.chunk_cache)
-        self.view_sizes = ViewSizes(self.memo, self)
+        self.view_sizes = ViewSizes(self.memo, self, size_records)
         self._cached = catalog if isinstance(catalog, CachedCatalog) else None
         #: The ``D.h5`` file views, when the mount shows them (``-o h5view``).
         self.h5views = h5views
@@ -222,6 +224,16 @@ class Tree:
             return self.epoch()
         return await self.data_epochs.data_epoch((op.domain.path, ds.id), self.epoch(),
                                                  lambda: _version(ds))
+
+    async def data_version(self, op: ObjPath, ds: Dataset) -> bytes | None:
+        """The digest of what ``ds``'s bytes derive from (``_version``), learnt in
+        this period; None when it has none (see ``data_epoch``). Unlike a data
+        epoch it means the same in every mount."""
+        if self._unversioned(ds):
+            return None
+        await self.data_epoch(op, ds)
+        version = self.data_epochs.version((op.domain.path, ds.id), self.epoch())
+        return version if isinstance(version, bytes) else None
 
     def known_data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable | None:
         """``data_epoch`` with no I/O and no wait: None until this period's

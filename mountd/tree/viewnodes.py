@@ -86,11 +86,17 @@ class ViewFileNode(InDomain, FileNode):
     def _size_key(self) -> Hashable:
         return ("view size", self.op.key, self.view.suffix)
 
+    @property
+    def _record(self) -> tuple[str, str]:
+        """The file's name on disk (``mountd.tree.sizerecords``) and its view's."""
+        return (f"{self.op.domain.path}{self.op.h5path}{self.view.suffix}",
+                f"{type(self.view).__module__}.{type(self.view).__qualname__}")
+
     async def stat(self) -> Stat:
         ctx, file = await self._file()
         size = file.known_size(ctx)
         if size is None:
-            size = await self.tree.view_sizes.size(self._size_key, ctx, file)
+            size = await self.tree.view_sizes.size(self._size_key, ctx, file, self._record)
         return self._stat(ctx, size)
 
     async def listed(self) -> Stat:
@@ -109,7 +115,7 @@ class ViewFileNode(InDomain, FileNode):
         sized_now = False
         if file.known_size(ctx) is None and \
                 self.tree.view_sizes.kept(self._size_key, ctx) is None:
-            await self.tree.view_sizes.size(self._size_key, ctx, file)
+            await self.tree.view_sizes.size(self._size_key, ctx, file, self._record)
             sized_now = True
         obj = ctx.obj
         # A view of one dataset's data keeps its pages while that data is unchanged.

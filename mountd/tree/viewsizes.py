@@ -10,6 +10,11 @@ of those datasets is in the same data epoch: a table whose chunks are
 rewritten in storage, its description unchanged, is counted again once
 ``metadata_ttl`` has run out, so its size and its bytes never disagree.
 
+With ``-o cache_dir``, the size of a view that read nothing but its own
+dataset is also kept on disk (``mountd.tree.sizerecords``), and a later
+mount that finds the dataset unchanged takes it from there instead of
+counting.
+
 Concurrency: one size computation per entry runs at a time: ``ViewSizes``
 keeps an event per entry being sized, registered with no ``await`` between
 the check and the insert; others wait for it and then read the kept size
@@ -28,6 +33,7 @@ from layouts.model import AnyObject, Dataset, Domain
 from layouts.views import ViewFile
 from mountd.cache.memo import Memo
 from mountd.tree.paths import ObjPath
+from mountd.tree.sizerecords import SizeRecords
 from mountd.tree.viewctx import ObjectContext
 
 #: Rough bytes one object or dataset a kept size depends on costs in the memo.
@@ -45,6 +51,8 @@ class Freshness(Protocol):
 
     async def data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable: ...
 
+    async def data_version(self, op: ObjPath, ds: Dataset) -> bytes | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
@@ -57,9 +65,11 @@ class _Kept:
 class ViewSizes:
     """The sizes of view files, computed once and kept while current."""
 
-    def __init__(self, memo: Memo, fresh: Freshness) -> None:
+    def __init__(self, memo: Memo, fresh: Freshness, records: SizeRecords | None = None
+                 ) -> None:
         self._memo = memo
         self._fresh = fresh
+        self._records = records
         self._sizing: dict[Hashable, trio.Event] = {}
 
     def _entry(self, key: Hashable, ctx: ObjectContext) -> _Kept | None:
@@ -92,19 +102,57 @@ class ViewSizes:
                 return None
         return kept.size
 
-    async def size(self, key: Hashable, ctx: ObjectContext, file: ViewFile) -> int:
-        """The exact size of ``file``: kept, or computed now and kept."""
+    async def size(self, key: Hashable, ctx: ObjectContext, file: ViewFile,
+                   record: tuple[str, str] | None = None) -> int:
+        """The exact size of ``file``: kept, or computed now and kept. ``record``
+        names it on disk, with the view it is a file of (see the module docstring)."""
         while (pending := self._sizing.get(key)) is not None:
             await pending.wait()
         done = self._sizing[key] = trio.Event()
         try:
             size = await self._current(key, ctx)
             if size is None:
-                size = await file.size(ctx)
-                kept = _Kept(size, list(ctx.seen), tuple(ctx.read.values()))
-                self._memo.put(key, kept,
-                               16 + _SEEN_BYTES * (len(kept.seen) + len(kept.read)), ctx.obj)
+                validator = await self._validator(ctx, record)
+                if validator is not None and record is not None:
+                    size = await self._recorded(ctx, record[0], validator)
+                if size is None:
+                    size = await file.size(ctx)
+                    if validator is not None and record is not None and self._own_data(ctx):
+                        await self._save(record[0], validator, size)
+                self._keep(key, ctx, size)
         finally:
             del self._sizing[key]
             done.set()
         return size
+
+    def _keep(self, key: Hashable, ctx: ObjectContext, size: int) -> None:
+        kept = _Kept(size, list(ctx.seen), tuple(ctx.read.values()))
+        self._memo.put(key, kept, 16 + _SEEN_BYTES * (len(kept.seen) + len(kept.read)),
+                       ctx.obj)
+
+    @staticmethod
+    def _own_data(ctx: ObjectContext) -> bool:
+        """True if the view read its own dataset's chunks and nothing else."""
+        return not ctx.seen and list(ctx.read) == [ctx.obj.id]
+
+    async def _validator(self, ctx: ObjectContext, record: tuple[str, str] | None
+                         ) -> str | None:
+        """What a size of ``record``'s view over the context's dataset is kept
+        under on disk now; None when no size is kept for it."""
+        obj = ctx.obj
+        if self._records is None or record is None or not isinstance(obj, Dataset):
+            return None
+        version = await self._fresh.data_version(ctx.op, obj)
+        return None if version is None else self._records.validator(record[1], obj, version)
+
+    async def _recorded(self, ctx: ObjectContext, name: str, validator: str) -> int | None:
+        """The size kept on disk, noted as read from the dataset's data epoch now."""
+        assert self._records is not None and isinstance(ctx.obj, Dataset)
+        size = await self._records.load(name, validator)
+        if size is not None:
+            ctx.read[ctx.obj.id] = (ctx.obj, await self._fresh.data_epoch(ctx.op, ctx.obj))
+        return size
+
+    async def _save(self, name: str, validator: str, size: int) -> None:
+        assert self._records is not None
+        await self._records.save(name, validator, size)

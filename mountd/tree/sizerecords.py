@@ -1,0 +1,74 @@
+"""The sizes of view files kept in ``cache_dir``, so a remount need not count them again.
+
+Owns ``SizeRecords``. A view file's exact size can cost a pass over its
+data (a table's CSV is counted block by block). When that pass read nothing
+but the chunks of the view's own dataset, the size is kept in the mount's
+disk cache (``mountd.io.diskcache``, ``-o cache_dir``) under the source and
+the file's path, validated by a digest of everything its bytes derive from:
+the dataset's version (``Tree.data_version``: its description and its
+stored chunks with their validators, the same in every mount), its
+attributes, the view and ``FORMAT``. A later mount that learns the same
+version reads the size back with no chunk read; any change to the data, the
+attributes or h5mount's view makes another digest, and the size is counted
+again (and kept under the new one). Views that read other objects (anndata,
+LEGEND) are not kept: their inputs are more than one dataset's version.
+
+Stateless besides its disk cache, whose calls are safe from any task and
+never raise but ``Cancelled``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from layouts.model import Dataset
+from mountd.io.diskcache import DiskCache
+
+#: Raise when the bytes a view makes of the same data change (a format fix):
+#: sizes kept by an older h5mount are then not used.
+FORMAT = 1
+_SIZE_BYTES = 8
+#: Ends the name of every size kept (NUL: in no store key, so no block's name).
+SUFFIX = "\0view size\0"
+
+
+def _attributes(ds: Dataset) -> bytes:
+    """The dataset's attributes, each whole (arrays by their bytes, not a shortened repr)."""
+    parts = []
+    for attr in ds.attrs:
+        value = attr.value
+        shown = (value.dtype.str, value.shape, value.tobytes()) \
+            if isinstance(value, np.ndarray) else value
+        parts.append(repr((attr.name, shown, attr.dtype, attr.hdf5, attr.shape)))
+    return "\n".join(parts).encode("utf-8", "surrogateescape")
+
+
+class SizeRecords:
+    """View file sizes of one source, kept in its disk cache."""
+
+    def __init__(self, disk: DiskCache, source: str) -> None:
+        self._disk = disk
+        self._source = source
+
+    @staticmethod
+    def validator(view: str, ds: Dataset, version: bytes) -> str:
+        """The digest a size of ``view`` over ``ds`` at ``version`` is kept under."""
+        digest = hashlib.blake2b(digest_size=16)
+        for part in (repr((FORMAT, view)).encode(), version, _attributes(ds)):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+        return digest.hexdigest()
+
+    async def load(self, name: str, validator: str) -> int | None:
+        """The size kept as ``name`` under ``validator`` by this or an earlier mount."""
+        data = await self._disk.get(self._source, name + SUFFIX, validator, 0)
+        if data is None or len(data) != _SIZE_BYTES:
+            return None
+        return int.from_bytes(data, "little")
+
+    async def save(self, name: str, validator: str, size: int) -> None:
+        """Keep ``size`` as ``name`` under ``validator``."""
+        await self._disk.put(self._source, name + SUFFIX, validator, 0,
+                             size.to_bytes(_SIZE_BYTES, "little"))

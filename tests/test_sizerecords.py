@@ -1,0 +1,44 @@
+"""``mountd.tree.sizerecords``: what a kept view size is validated by, and the disk round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import trio
+
+from layouts.model import Attribute
+from mountd.io.diskcache import DiskCache
+from mountd.tree.sizerecords import SizeRecords
+from tests.modelcat import dataset
+
+VERSION = bytes(16)
+
+
+def test_the_validator_changes_with_every_input() -> None:
+    ds = dataset("d-1", np.arange(10, dtype="<i4"), (5,))
+    base = SizeRecords.validator("view.Csv", ds, VERSION)
+    assert SizeRecords.validator("view.Csv", ds, VERSION) == base
+    assert SizeRecords.validator("view.Other", ds, VERSION) != base
+    assert SizeRecords.validator("view.Csv", ds, b"\1" * 16) != base
+    big = np.arange(5000.0)  # longer than numpy's shortened repr
+    with_attr = dataclasses.replace(ds, attrs=(Attribute("a", big),))
+    changed = big.copy()
+    changed[2500] = -1
+    other_attr = dataclasses.replace(ds, attrs=(Attribute("a", changed),))
+    assert len({base, SizeRecords.validator("view.Csv", with_attr, VERSION),
+                SizeRecords.validator("view.Csv", other_attr, VERSION)}) == 3
+
+
+def test_a_size_is_read_back_only_under_its_validator(tmp_path: Path) -> None:
+    async def main() -> None:
+        records = SizeRecords(DiskCache(tmp_path, 1 << 20), "file:///bucket")
+        await records.save("home/t.h5/tab.csv", "v1", 123_456_789_012)
+        again = SizeRecords(DiskCache(tmp_path, 1 << 20), "file:///bucket")
+        assert await again.load("home/t.h5/tab.csv", "v1") == 123_456_789_012
+        assert await again.load("home/t.h5/tab.csv", "v2") is None
+        assert await again.load("home/t.h5/other.csv", "v1") is None
+        assert await SizeRecords(DiskCache(tmp_path, 1 << 20), "file:///elsewhere").load(
+            "home/t.h5/tab.csv", "v1") is None
+    trio.run(main)
