@@ -42,8 +42,9 @@ import scipy.sparse
 import trio
 
 from layouts.model import Attribute, Dataset, ElementType, Group, Link, LinkKind
+from layouts.views._columns import DatasetColumn
 from layouts.views.anndata._elements import CategoricalColumn
-from layouts.views.anndata._files import AwkwardRows, mtx_pieces, sparse_of
+from layouts.views.anndata._files import AwkwardRows, mtx_pieces, mtx_size, mtx_value, sparse_of
 from tests import tiers
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.lindi_files import lindi_available, write_lindi
@@ -566,13 +567,25 @@ def test_mtx_of_every_data_type(dtype: str, by_row: bool) -> None:
         {"data": matrix.data.astype(dtype), "indices": matrix.indices,
          "indptr": matrix.indptr})
 
-    async def main() -> bytes:
-        return b"".join([piece async for piece in mtx_pieces(ctx, await sparse_of(ctx, by_row))])
+    async def main() -> tuple[bytes, int, list[str]]:
+        sparse = await sparse_of(ctx, by_row)
+        texts = await DatasetColumn(sparse.data, "v", format=mtx_value(native.kind)).texts(
+            ctx, 0, matrix.nnz)
+        return (b"".join([piece async for piece in mtx_pieces(ctx, sparse)]),
+                await mtx_size(ctx, sparse), texts)
 
-    text = trio.run(main)
+    text, size, value_texts = trio.run(main)
     got = scipy.io.mmread(io.BytesIO(text))
     assert got.nnz == matrix.nnz
     np.testing.assert_array_equal(got.toarray().astype(values.dtype), values)
+    # The lines are the values' texts made one by one, in storage order, and
+    # the size counted without making them is their length.
+    major = np.repeat(np.arange(len(matrix.indptr) - 1), np.diff(matrix.indptr)) + 1
+    pairs = zip(major, matrix.indices + 1, strict=True) if by_row else \
+        zip(matrix.indices + 1, major, strict=True)
+    lines = [f"{r} {c} {t}\n" for (r, c), t in zip(pairs, value_texts, strict=True)]
+    assert text.decode().split("\n", 2)[2] == "".join(lines)
+    assert size == len(text)
 
 
 def test_categorical_reads_the_labels_its_codes_use() -> None:

@@ -55,7 +55,14 @@ from layouts.views._columns import (
     lines_file,
 )
 from layouts.views._stream import StreamedFile
-from layouts.views.anndata._files import AwkwardRows, attrs_of, dataset_child, mtx_pieces, sparse_of
+from layouts.views.anndata._files import (
+    AwkwardRows,
+    attrs_of,
+    dataset_child,
+    mtx_pieces,
+    mtx_size,
+    sparse_of,
+)
 
 #: Elements with parts of their own (a group of datasets) that make one column.
 NULLABLE = frozenset({"nullable-integer", "nullable-boolean", "nullable-string-array"})
@@ -312,6 +319,9 @@ class SparseMtx(FileView, StreamedFile):
         sparse = await sparse_of(ctx, by_row=encoding(ctx.obj) == "csr_matrix")
         async for piece in mtx_pieces(ctx, sparse):
             yield piece
+
+    async def size(self, ctx: ViewContext) -> int:
+        return await mtx_size(ctx, await sparse_of(ctx, by_row=encoding(ctx.obj) == "csr_matrix"))
 
 
 class AwkwardJsonl(BuiltFileView):

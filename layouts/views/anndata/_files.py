@@ -3,7 +3,9 @@
 Owns what ``layouts.views.anndata._elements``'s ``.mtx`` and ``.jsonl`` views stream:
 
 * a ``csr_matrix`` / ``csc_matrix`` group (``data``, ``indices``, ``indptr``,
-  attribute ``shape``) as a Matrix Market coordinate file (``mtx_pieces``):
+  attribute ``shape``) as a Matrix Market coordinate file (``mtx_pieces``,
+  and ``mtx_size``, which counts it from the texts' lengths,
+  ``layouts.views._csvblock``, without making its lines):
   the header, then one ``row col value`` line per stored entry, 1-based, in
   storage order (row by row for CSR, column by column for CSC), read
   ``ENTRY_STEP`` entries and ``MAJOR_STEP`` pointers at a time; values are
@@ -38,6 +40,8 @@ from layouts.model import Dataset
 from layouts.views._api import ViewContext
 from layouts.views._arrays import read_rows
 from layouts.views._columns import DatasetColumn
+from layouts.views._csvblock import Cells, block_bytes, block_size, cells_of_texts
+from layouts.views._csvblock import cells as array_cells
 
 #: Stored entries formatted per piece of a ``.mtx``.
 ENTRY_STEP = 1 << 16
@@ -129,7 +133,7 @@ async def stored_entries(ctx: ViewContext, sp: Sparse) -> int:
     return nnz
 
 
-def _mtx_value(kind: str) -> Callable[[Any], str] | None:
+def mtx_value(kind: str) -> Callable[[Any], str] | None:
     """How ``DatasetColumn`` writes a value of ``kind`` in a ``.mtx`` (None:
     as in a CSV, numbers as the shortest text that reads back the same)."""
     if kind == "b":
@@ -139,11 +143,13 @@ def _mtx_value(kind: str) -> Callable[[Any], str] | None:
     return None
 
 
-async def mtx_pieces(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes]:
-    """The Matrix Market coordinate file of ``sp``, in pieces."""
+async def _mtx_blocks(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes | list[Cells]]:
+    """The Matrix Market coordinate file of ``sp``: its header as bytes, then
+    the cells of each block of entries (row, column, value), or its lines as
+    bytes where the values have no cells."""
     nnz = await stored_entries(ctx, sp)
     kind = sp.data.type.dtype.kind
-    values = DatasetColumn(sp.data, "data", format=_mtx_value(kind))
+    values = DatasetColumn(sp.data, "data", format=mtx_value(kind))
     yield (f"%%MatrixMarket matrix coordinate {MTX_FIELDS[kind]} general\n"
            f"{sp.shape[0]} {sp.shape[1]} {nnz}\n").encode()
     for m0 in range(0, sp.major, MAJOR_STEP):
@@ -158,14 +164,34 @@ async def mtx_pieces(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes]:
             minor = (await rows_of(ctx, sp.indices, e0, e1)).astype(np.int64)
             if minor.min() < 0 or minor.max() >= sp.minor:
                 raise ctx.error(f"sparse indices out of [0, {sp.minor}) at {e0}:{e1}")
-            texts = await values.texts(ctx, e0, e1)
             # 1-based: the pointer after each entry's start, and the index plus one.
-            major = (m0 + np.searchsorted(ptr, np.arange(e0, e1), side="right")).tolist()
-            rows, cols = major, (minor + 1).tolist()
-            if not sp.by_row:
-                rows, cols = cols, rows
-            yield "".join(f"{row} {col} {text}\n"
-                          for row, col, text in zip(rows, cols, texts, strict=True)).encode()
+            major = m0 + np.searchsorted(ptr, np.arange(e0, e1), side="right")
+            rows, cols = (major, minor + 1) if sp.by_row else (minor + 1, major)
+            value_cells = await values.cells(ctx, e0, e1)
+            if value_cells is None:
+                value_cells = cells_of_texts(await values.texts(ctx, e0, e1))
+            row_cells, col_cells = array_cells(rows), array_cells(cols)
+            if value_cells is None or row_cells is None or col_cells is None:
+                texts = await values.texts(ctx, e0, e1)
+                yield "".join(f"{row} {col} {text}\n" for row, col, text in
+                              zip(rows.tolist(), cols.tolist(), texts, strict=True)).encode()
+            else:
+                yield [row_cells, col_cells, value_cells]
+
+
+async def mtx_pieces(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes]:
+    """The Matrix Market coordinate file of ``sp``, in pieces."""
+    async for block in _mtx_blocks(ctx, sp):
+        yield block if isinstance(block, bytes) else block_bytes(block, sep=b" ")
+
+
+async def mtx_size(ctx: ViewContext, sp: Sparse) -> int:
+    """The length of ``mtx_pieces``' file, counted from the cells' lengths
+    without making the lines."""
+    total = 0
+    async for block in _mtx_blocks(ctx, sp):
+        total += len(block) if isinstance(block, bytes) else block_size(block)
+    return total
 
 
 # --------------------------------------------------------------------------- awkward
