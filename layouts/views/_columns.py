@@ -548,25 +548,25 @@ class _CsvFile(StreamedFile):
         return _blocks(self.columns[0].rows, block)
 
     async def _block(self, ctx: ViewContext, start: int, stop: int) -> list[Cells] | bytes:
-        """The block's cells, one per column, or its lines as bytes."""
-        out: list[Cells] = []
-        fields: list[list[str]] = []
-        for column in self.columns:
-            got = await column.cells(ctx, start, stop)
-            if got is not None and got.plain:
+        """The block's cells, one per column, when a column has cells of its own
+        (the others' quoted texts then become cells too); else its lines, joined
+        from the texts as bytes (as fast for texts alone, and the only way for
+        a text holding a NUL, or for empty values of a lone column: ``""``)."""
+        native = [await column.cells(ctx, start, stop) for column in self.columns]
+        for column, got in zip(self.columns, native, strict=True):
+            if got is not None:
                 _check_count(ctx, got, start, stop, column.header)
-                out.append(got)
-                continue
-            texts = await column.texts(ctx, start, stop)
-            _check_count(ctx, texts, start, stop, column.header)
-            fields.append(texts if column.plain else _quoted_all(texts))
-            made = cells_of_texts(fields[-1])
-            if made is None:
-                out.clear()
-            else:
+        if any(got is not None and got.plain for got in native):
+            out: list[Cells] = []
+            for column, got in zip(self.columns, native, strict=True):
+                made = got if got is not None and got.plain else \
+                    cells_of_texts(await self._texts(ctx, column, start, stop))
+                if made is None:
+                    break
                 out.append(made)
-        if len(out) == len(self.columns) and (len(out) > 1 or not out[0].empty):  # '""' lines
-            return out
+            else:
+                if len(out) > 1 or not out[0].empty:
+                    return out
         return _encode(_lines([await self._texts(ctx, c, start, stop) for c in self.columns],
                               stop - start))
 
@@ -649,7 +649,8 @@ class _LinesFile(StreamedFile):
         self.column = column
 
     async def _block(self, ctx: ViewContext, start: int, stop: int) -> Cells | bytes:
-        """The block's cells, or its lines as bytes."""
+        """The block's cells, if the column has cells of its own; else its
+        lines, joined from its texts as bytes."""
         column = self.column
         got = await column.cells(ctx, start, stop)
         if got is not None:
@@ -657,9 +658,6 @@ class _LinesFile(StreamedFile):
             return got
         texts = await column.texts(ctx, start, stop)
         _check_count(ctx, texts, start, stop, column.header)
-        made = cells_of_texts(texts)
-        if made is not None:
-            return made
         texts.append("")
         return _encode("\n".join(texts))
 
