@@ -253,7 +253,7 @@ def section(figures: dict[str, Any], rows: int, command: str, started: datetime.
                                 facts=bench_npy.machine_facts()),
         f"`/events`: {rows:,} rows of {EVENT.itemsize} bytes ({rows * EVENT.itemsize / 2**30:.2f}"
         f" GiB), uncompressed chunks of {CHUNK_ROWS:,} rows; its `events.csv` is "
-        f"{size / MB:,.0f} MB. One run each; the page cache dropped before (a), (e) and (f).",
+        f"{size / MB:,.0f} MB. One run each; the page cache dropped before (a), (e), (f) and (g).",
         "",
         "| case | figure |",
         "|---|---|",
