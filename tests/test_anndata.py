@@ -43,8 +43,8 @@ import trio
 
 from layouts.model import Attribute, Dataset, ElementType, Group, Link, LinkKind
 from layouts.views._columns import DatasetColumn
-from layouts.views.anndata._elements import CategoricalColumn
-from layouts.views.anndata._files import AwkwardRows, mtx_pieces, mtx_size, mtx_value, sparse_of
+from layouts.views.anndata._elements import CategoricalColumn, SparseMtx
+from layouts.views.anndata._files import AwkwardRows, mtx_value, sparse_of
 from tests import tiers
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.lindi_files import lindi_available, write_lindi
@@ -571,8 +571,9 @@ def test_mtx_of_every_data_type(dtype: str, by_row: bool) -> None:
         sparse = await sparse_of(ctx, by_row)
         texts = await DatasetColumn(sparse.data, "v", format=mtx_value(native.kind)).texts(
             ctx, 0, matrix.nnz)
-        return (b"".join([piece async for piece in mtx_pieces(ctx, sparse)]),
-                await mtx_size(ctx, sparse), texts)
+        view = SparseMtx()
+        return (b"".join([piece async for piece in view.pieces(ctx)]), await view.size(ctx),
+                texts)
 
     text, size, value_texts = trio.run(main)
     got = scipy.io.mmread(io.BytesIO(text))

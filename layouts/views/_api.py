@@ -24,7 +24,8 @@ object and where it was reached, other objects by path or reference,
 decoded chunks through the mount's chunk cache (with background prefetch
 and a readahead window), and the nursery for background work. Array reads built on it are in
 ``layouts.views._arrays``; a reader streamed from an async generator, with its size
-counted by streaming, is in ``layouts.views._stream``.
+counted by streaming, is in ``layouts.views._stream``, and one made of blocks of
+array texts, sized from their lengths, in ``layouts.views._csvblock``.
 
 Sizes: ``st_size`` is exact (docs/CONTRACT.md, "File attributes"). A file whose
 size costs no I/O and follows from ``ctx.obj`` alone gives it from

@@ -15,7 +15,11 @@ on (anndata, LEGEND, plain HDF5 tables):
   Each is a ``layouts.views._stream.StreamedFile``, produced block of rows by
   block of rows: a block is formatted, yielded and dropped, so no file is
   ever held whole (the first blocks are small, so ``head`` of a large table
-  formats little). Their exact size is counted by streaming them once.
+  formats little). The CSV and lines files are ``BlockedFile``s
+  (``layouts.views._csvblock``): where a column's values have array texts
+  (numbers, bools, ASCII byte strings) a block is made of those, and the
+  exact size is counted from their lengths without making the lines; the
+  JSON-lines file's size is counted by streaming it once.
 * ``BuiltFileView``: a ``FileView`` whose content is such a file built from
   the context (the columns of the object the view applies to).
 
@@ -50,7 +54,7 @@ from layouts.hdf5 import HType, parsed_type
 from layouts.model import Dataset
 from layouts.views._api import FileView, Reader, ViewContext, ViewFile
 from layouts.views._arrays import read_rows
-from layouts.views._csvblock import Cells, block_bytes, block_size, cells_of_texts
+from layouts.views._csvblock import BlockedFile, Cells, cells_of_texts
 from layouts.views._csvblock import cells as array_cells
 from layouts.views._stream import StreamedFile
 
@@ -526,11 +530,9 @@ def _check_count(ctx: ViewContext, got: Sized, start: int, stop: int, what: str)
         raise ctx.error(f"{what} gave {len(got)} values for rows {start}:{stop}")
 
 
-class _CsvFile(StreamedFile):
-    """Produced and counted block by block: a block whose every column gives
-    cells (``layouts.views._csvblock``; a column that needs quoting gives them
-    from its quoted texts) is assembled from them, or only counted for the
-    size; any other block is joined from its texts."""
+class _CsvFile(BlockedFile):
+    """A header line, then blocks of rows: the columns' cells where a column
+    has cells of its own, else the lines joined from their texts."""
 
     def __init__(self, columns: Sequence[Column]) -> None:
         self.columns = tuple(columns)
@@ -576,24 +578,12 @@ class _CsvFile(StreamedFile):
         _check_count(ctx, texts, start, stop, column.header)
         return texts if column.plain else _quoted_all(texts)
 
-    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+    async def blocks(self, ctx: ViewContext) -> AsyncIterator[bytes | list[Cells]]:
         if not self.columns:
             return
         yield self._header(ctx)
         for start, stop in self._ranges(ctx):
-            block = await self._block(ctx, start, stop)
-            yield block if isinstance(block, bytes) else block_bytes(block)
-
-    async def size(self, ctx: ViewContext) -> int:
-        """Counted block by block from the cells' lengths where there are
-        cells, without assembling their lines."""
-        if not self.columns:
-            return 0
-        total = len(self._header(ctx))
-        for start, stop in self._ranges(ctx):
-            block = await self._block(ctx, start, stop)
-            total += len(block) if isinstance(block, bytes) else block_size(block)
-        return total
+            yield await self._block(ctx, start, stop)
 
 
 def _lines(fields: list[list[str]], rows: int) -> str:
@@ -644,37 +634,24 @@ def jsonl_file(rows: int,
     return _JsonLinesFile(rows, row_values, max(1, block_rows))
 
 
-class _LinesFile(StreamedFile):
+class _LinesFile(BlockedFile):
     def __init__(self, column: Column) -> None:
         self.column = column
 
-    async def _block(self, ctx: ViewContext, start: int, stop: int) -> Cells | bytes:
-        """The block's cells, if the column has cells of its own; else its
+    async def blocks(self, ctx: ViewContext) -> AsyncIterator[bytes | list[Cells]]:
+        """Each block's cells, if the column has cells of its own; else its
         lines, joined from its texts as bytes."""
         column = self.column
-        got = await column.cells(ctx, start, stop)
-        if got is not None:
-            _check_count(ctx, got, start, stop, column.header)
-            return got
-        texts = await column.texts(ctx, start, stop)
-        _check_count(ctx, texts, start, stop, column.header)
-        texts.append("")
-        return _encode("\n".join(texts))
-
-    def _ranges(self, ctx: ViewContext) -> Iterator[tuple[int, int]]:
-        return _blocks(self.column.rows, max(1, self.column.block_rows(ctx)))
-
-    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
-        for start, stop in self._ranges(ctx):
-            block = await self._block(ctx, start, stop)
-            yield block if isinstance(block, bytes) else block_bytes([block])
-
-    async def size(self, ctx: ViewContext) -> int:
-        total = 0
-        for start, stop in self._ranges(ctx):
-            block = await self._block(ctx, start, stop)
-            total += len(block) if isinstance(block, bytes) else block_size([block])
-        return total
+        for start, stop in _blocks(column.rows, max(1, column.block_rows(ctx))):
+            got = await column.cells(ctx, start, stop)
+            if got is not None:
+                _check_count(ctx, got, start, stop, column.header)
+                yield [got]
+                continue
+            texts = await column.texts(ctx, start, stop)
+            _check_count(ctx, texts, start, stop, column.header)
+            texts.append("")
+            yield _encode("\n".join(texts))
 
 
 def lines_file(column: Column) -> ViewFile:

@@ -8,7 +8,8 @@ them for the value kinds it can do without a Python object per value;
 bytes of a block of lines from the lengths alone, and ``block_bytes``
 assembles the same lines from the matrices (each row's fields joined by
 ``sep`` and ended by ``end``, padding dropped), so a block's count and its
-bytes come from the same cells.
+bytes come from the same cells. ``BlockedFile`` is a streamed file of such
+blocks (CSV, lines and Matrix Market files), sized by counting them.
 
 Texts are those of ``layouts.views._columns`` (whose CSV, lines and tests
 define them): integers as orjson writes them; ``float32`` and ``float64`` as
@@ -26,11 +27,15 @@ shared by the tasks of one stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
 import orjson
 from numpy.lib.stride_tricks import sliding_window_view
+
+from layouts.views._api import ViewContext
+from layouts.views._stream import StreamedFile, close_stream
 
 #: Bytes that make a CSV field need quotes anywhere in it...
 _SPECIAL = np.zeros(256, dtype=bool)
@@ -266,3 +271,32 @@ def block_bytes(columns: Sequence[Cells], sep: bytes = b",", end: bytes = b"\n")
         at += 1
     flat = lines.reshape(-1)
     return flat[flat != 0].tobytes()
+
+
+class BlockedFile(StreamedFile):
+    """A streamed file made of blocks, each its bytes or its columns' cells:
+    read, the cells' lines are made (fields joined by ``sep``); sized, they
+    are only counted."""
+
+    #: What separates the fields of a line.
+    sep: bytes = b","
+
+    @abstractmethod
+    def blocks(self, ctx: ViewContext) -> AsyncIterator[bytes | list[Cells]]:
+        """The file's blocks in order (an async generator)."""
+
+    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+        async for block in self.blocks(ctx):
+            yield block if isinstance(block, bytes) else block_bytes(block, self.sep)
+
+    async def size(self, ctx: ViewContext) -> int:
+        """The file's length, counted block by block without making the cells'
+        lines."""
+        total = 0
+        blocks = self.blocks(ctx)
+        try:
+            async for block in blocks:
+                total += len(block) if isinstance(block, bytes) else block_size(block)
+        finally:
+            await close_stream(blocks)
+        return total

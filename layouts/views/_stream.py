@@ -30,7 +30,7 @@ from layouts.views._api import Reader, ViewContext, ViewFile
 KEEP = 4 << 20
 
 
-async def _close(stream: AsyncIterator[bytes] | None) -> None:
+async def close_stream(stream: AsyncIterator[object] | None) -> None:
     """Finish a stream left early (an async generator may hold resources)."""
     close = getattr(stream, "aclose", None)
     if close is not None:
@@ -88,7 +88,7 @@ class StreamReader(Reader):
 
     async def _restart(self) -> None:
         stream, self._stream = self._stream, None
-        await _close(stream)
+        await close_stream(stream)
         self._stream = self._open()
         self._ended = False
         self._buf.clear()
@@ -110,7 +110,7 @@ class StreamedFile(ViewFile):
             async for piece in stream:
                 total += len(piece)
         finally:
-            await _close(stream)
+            await close_stream(stream)
         return total
 
     async def open(self, ctx: ViewContext) -> Reader:

@@ -11,8 +11,9 @@ anndata's ``encoding-type``, LEGEND's ``datatype``; such datasets are left to
 them.
 
 The CSV is streamed block of rows by block of rows, each block reading only
-the chunks it touches (once for all the fields); its size is counted by
-streaming it once, on the first ``stat`` or ``open``.
+the chunks it touches (once for all the fields); its size is counted the
+same way, from the lengths of the fields' texts, on the first ``stat`` or
+``open`` (``layouts.views._csvblock``).
 
 Stateless; the one view object is shared by every task.
 """

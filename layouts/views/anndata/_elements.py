@@ -54,13 +54,12 @@ from layouts.views._columns import (
     jsonl_file,
     lines_file,
 )
-from layouts.views._stream import StreamedFile
+from layouts.views._csvblock import BlockedFile, Cells
 from layouts.views.anndata._files import (
     AwkwardRows,
     attrs_of,
     dataset_child,
-    mtx_pieces,
-    mtx_size,
+    mtx_blocks,
     sparse_of,
 )
 
@@ -307,21 +306,19 @@ class ElementTxt(BuiltFileView):
         return lines_file(await element_column(ctx, "", ctx.name))
 
 
-class SparseMtx(FileView, StreamedFile):
+class SparseMtx(FileView, BlockedFile):
     """``NAME.mtx`` of a ``csr_matrix`` or ``csc_matrix`` group."""
 
     suffix = ".mtx"
+    sep = b" "
 
     async def applies(self, ctx: ViewContext) -> bool:
         return isinstance(ctx.obj, Group) and encoding(ctx.obj) in {"csr_matrix", "csc_matrix"}
 
-    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+    async def blocks(self, ctx: ViewContext) -> AsyncIterator[bytes | list[Cells]]:
         sparse = await sparse_of(ctx, by_row=encoding(ctx.obj) == "csr_matrix")
-        async for piece in mtx_pieces(ctx, sparse):
-            yield piece
-
-    async def size(self, ctx: ViewContext) -> int:
-        return await mtx_size(ctx, await sparse_of(ctx, by_row=encoding(ctx.obj) == "csr_matrix"))
+        async for block in mtx_blocks(ctx, sparse):
+            yield block
 
 
 class AwkwardJsonl(BuiltFileView):

@@ -3,9 +3,9 @@
 Owns what ``layouts.views.anndata._elements``'s ``.mtx`` and ``.jsonl`` views stream:
 
 * a ``csr_matrix`` / ``csc_matrix`` group (``data``, ``indices``, ``indptr``,
-  attribute ``shape``) as a Matrix Market coordinate file (``mtx_pieces``,
-  and ``mtx_size``, which counts it from the texts' lengths,
-  ``layouts.views._csvblock``, without making its lines):
+  attribute ``shape``) as the blocks of a Matrix Market coordinate file
+  (``mtx_blocks``, for a ``layouts.views._csvblock.BlockedFile``, which
+  counts its size from the texts' lengths without making its lines):
   the header, then one ``row col value`` line per stored entry, 1-based, in
   storage order (row by row for CSR, column by column for CSC), read
   ``ENTRY_STEP`` entries and ``MAJOR_STEP`` pointers at a time; values are
@@ -40,7 +40,7 @@ from layouts.model import Dataset
 from layouts.views._api import ViewContext
 from layouts.views._arrays import read_rows
 from layouts.views._columns import DatasetColumn
-from layouts.views._csvblock import Cells, block_bytes, block_size, cells_of_texts
+from layouts.views._csvblock import Cells, cells_of_texts
 from layouts.views._csvblock import cells as array_cells
 
 #: Stored entries formatted per piece of a ``.mtx``.
@@ -143,7 +143,7 @@ def mtx_value(kind: str) -> Callable[[Any], str] | None:
     return None
 
 
-async def _mtx_blocks(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes | list[Cells]]:
+async def mtx_blocks(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes | list[Cells]]:
     """The Matrix Market coordinate file of ``sp``: its header as bytes, then
     the cells of each block of entries (row, column, value), or its lines as
     bytes where the values have no cells."""
@@ -177,21 +177,6 @@ async def _mtx_blocks(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes | lis
                               zip(rows.tolist(), cols.tolist(), texts, strict=True)).encode()
             else:
                 yield [row_cells, col_cells, value_cells]
-
-
-async def mtx_pieces(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes]:
-    """The Matrix Market coordinate file of ``sp``, in pieces."""
-    async for block in _mtx_blocks(ctx, sp):
-        yield block if isinstance(block, bytes) else block_bytes(block, sep=b" ")
-
-
-async def mtx_size(ctx: ViewContext, sp: Sparse) -> int:
-    """The length of ``mtx_pieces``' file, counted from the cells' lengths
-    without making the lines."""
-    total = 0
-    async for block in _mtx_blocks(ctx, sp):
-        total += len(block) if isinstance(block, bytes) else block_size(block)
-    return total
 
 
 # --------------------------------------------------------------------------- awkward
