@@ -29,6 +29,11 @@ def test_the_validator_changes_with_every_input() -> None:
     other_attr = dataclasses.replace(ds, attrs=(Attribute("a", changed),))
     assert len({base, SizeRecords.validator("view.Csv", with_attr, VERSION),
                 SizeRecords.validator("view.Csv", other_attr, VERSION)}) == 3
+    # an array inside another value (a list), changed where numpy's repr would cut it short
+    nested = dataclasses.replace(ds, attrs=(Attribute("a", [big]),))
+    nested_other = dataclasses.replace(ds, attrs=(Attribute("a", [changed]),))
+    assert SizeRecords.validator("view.Csv", nested, VERSION) != \
+        SizeRecords.validator("view.Csv", nested_other, VERSION)
 
 
 def test_a_size_is_read_back_only_under_its_validator(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ never raise but ``Cancelled``.
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import numpy as np
 
@@ -35,13 +36,15 @@ SUFFIX = "\0view size\0"
 
 
 def _attributes(ds: Dataset) -> bytes:
-    """The dataset's attributes, each whole (arrays by their bytes, not a shortened repr)."""
+    """The dataset's attributes, each whole (arrays by their bytes, and arrays
+    inside other values printed in full, not shortened with ``...``)."""
     parts = []
-    for attr in ds.attrs:
-        value = attr.value
-        shown = (value.dtype.str, value.shape, value.tobytes()) \
-            if isinstance(value, np.ndarray) else value
-        parts.append(repr((attr.name, shown, attr.dtype, attr.hdf5, attr.shape)))
+    with np.printoptions(threshold=sys.maxsize):
+        for attr in ds.attrs:
+            value = attr.value
+            shown = (value.dtype.str, value.shape, value.tobytes()) \
+                if isinstance(value, np.ndarray) else value
+            parts.append(repr((attr.name, shown, attr.dtype, attr.hdf5, attr.shape)))
     return "\n".join(parts).encode("utf-8", "surrogateescape")
 
 
