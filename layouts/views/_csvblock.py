@@ -286,8 +286,12 @@ class BlockedFile(StreamedFile):
         """The file's blocks in order (an async generator)."""
 
     async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
-        async for block in self.blocks(ctx):
-            yield block if isinstance(block, bytes) else block_bytes(block, self.sep)
+        blocks = self.blocks(ctx)
+        try:
+            async for block in blocks:
+                yield block if isinstance(block, bytes) else block_bytes(block, self.sep)
+        finally:
+            await close_stream(blocks)
 
     async def size(self, ctx: ViewContext) -> int:
         """The file's length, counted block by block without making the cells'
