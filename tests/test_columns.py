@@ -93,6 +93,7 @@ class Ctx:
 
     def __init__(self) -> None:
         self.chunk_reads = 0
+        self.path = "/table"
 
     async def chunks(self, ds: Dataset, indices: list[ChunkIndex]) -> list[bytes | None]:
         self.chunk_reads += len(indices)

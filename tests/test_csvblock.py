@@ -13,6 +13,7 @@ length of those bytes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from hypothesis.extra import numpy as hnp
 
 from layouts.model import VlenKind
 from layouts.views import _columns as columns
+from layouts.views import _csvblock
 from layouts.views._columns import Column, DatasetColumn, csv_file, lines_file
 from layouts.views._csvblock import block_bytes, block_size, cells, cells_of_texts
 from tests.test_columns import UTF8_JSON, Ctx, content, fixed, vlen
@@ -177,3 +179,17 @@ def test_which_kinds_have_cells() -> None:
     quoted = cells(np.array([b"a,b", b"c"], dtype="S3"))
     assert quoted is not None and not quoted.plain
     assert cells_of_texts(["a\0"]) is None
+
+
+def test_a_long_count_says_how_far_it_got(monkeypatch: pytest.MonkeyPatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """With ``PROGRESS_SECONDS`` at 0 every block of the count is reported, then the total."""
+    monkeypatch.setattr(_csvblock, "PROGRESS_SECONDS", 0.0)
+    values = np.arange(3000, dtype="<i8")
+    cols: list[Column] = [DatasetColumn(fixed("d-n", values, 1000), "n")]
+    ctx = Ctx()
+    with caplog.at_level(logging.INFO, logger=_csvblock.__name__):
+        size = trio.run(csv_file(cols).size, ctx)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("/table: counting the size of its CSV view,") for line in lines)
+    assert lines[-1].startswith(f"/table: its CSV view has {size} bytes (counted in ")

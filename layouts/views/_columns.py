@@ -635,6 +635,8 @@ def jsonl_file(rows: int,
 
 
 class _LinesFile(BlockedFile):
+    kind = "lines"
+
     def __init__(self, column: Column) -> None:
         self.column = column
 

@@ -27,6 +27,8 @@ shared by the tasks of one stream.
 
 from __future__ import annotations
 
+import logging
+import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -37,6 +39,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 from layouts.views._api import ViewContext
 from layouts.views._stream import StreamedFile, close_stream
 
+log = logging.getLogger(__name__)
+
+#: Seconds between two log lines of a size being counted.
+PROGRESS_SECONDS = 10.0
 #: Bytes that make a CSV field need quotes anywhere in it...
 _SPECIAL = np.zeros(256, dtype=bool)
 _SPECIAL[[ord(","), ord('"'), ord("\r"), ord("\n")]] = True
@@ -280,6 +286,8 @@ class BlockedFile(StreamedFile):
 
     #: What separates the fields of a line.
     sep: bytes = b","
+    #: What the file is, for the log (``CSV``, ``Matrix Market``...).
+    kind: str = "CSV"
 
     @abstractmethod
     def blocks(self, ctx: ViewContext) -> AsyncIterator[bytes | list[Cells]]:
@@ -295,12 +303,22 @@ class BlockedFile(StreamedFile):
 
     async def size(self, ctx: ViewContext) -> int:
         """The file's length, counted block by block without making the cells'
-        lines."""
+        lines. A count that takes long says how far it got, at INFO, every
+        ``PROGRESS_SECONDS`` (a ``stat`` of a large table waits for it)."""
         total = 0
+        started = last = time.monotonic()
         blocks = self.blocks(ctx)
         try:
             async for block in blocks:
                 total += len(block) if isinstance(block, bytes) else block_size(block)
+                now = time.monotonic()
+                if now - last >= PROGRESS_SECONDS:
+                    last = now
+                    log.info("%s: counting the size of its %s view, %d bytes after %.0f s",
+                             ctx.path, self.kind, total, now - started)
         finally:
             await close_stream(blocks)
+        if last != started:
+            log.info("%s: its %s view has %d bytes (counted in %.1f s)", ctx.path, self.kind,
+                     total, time.monotonic() - started)
         return total

@@ -311,6 +311,7 @@ class SparseMtx(FileView, BlockedFile):
 
     suffix = ".mtx"
     sep = b" "
+    kind = "Matrix Market"
 
     async def applies(self, ctx: ViewContext) -> bool:
         return isinstance(ctx.obj, Group) and encoding(ctx.obj) in {"csr_matrix", "csc_matrix"}
