@@ -20,9 +20,9 @@ byte strings as their bytes when every value is ASCII with no NUL inside.
 strings that are not ASCII, objects), and the caller makes the texts one by
 one. ``Cells.plain`` tells whether no text needs CSV quoting.
 
-Stateless functions; a ``Cells`` is built once and then only read (its
-matrix is made at most once, by whichever caller asks first), so it may be
-shared by the tasks of one stream.
+Stateless functions and files; a ``Cells`` is built once and then only read
+(its lengths and matrix are made at most once, by whichever caller asks
+first), so it may be shared by the tasks of one stream.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ _SPECIAL[[ord(","), ord('"'), ord("\r"), ord("\n")]] = True
 _EDGE = np.zeros(256, dtype=bool)
 _EDGE[[ord(c) for c in " \t\n\v\f\r\x1c\x1d\x1e\x1f"]] = True
 _COMMA = ord(",")
-#: The lowest byte that is neither special nor white space at an edge.
+#: No byte from this one up is special or white space (``_plain``'s quick test).
 _FIRST_PLAIN = max(np.flatnonzero(_SPECIAL | _EDGE)) + 1
 _NONFINITE = {"nan": b"nan", "inf": b"inf", "-inf": b"-inf"}
 
