@@ -112,14 +112,13 @@ def _bool_cells(values: np.ndarray) -> Cells:
 
 class _Serialised:
     """One array as orjson writes it (``[v0,v1,...]``), and where each value
-    lies in it, found when first asked."""
+    lies in it (``starts_and_lengths``, for the callers that need it)."""
 
     def __init__(self, values: np.ndarray) -> None:
         native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
         self.buf = np.frombuffer(orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY),
                                  dtype=np.uint8)
         self.rows = len(values)
-        self._starts: np.ndarray | None = None
 
     @property
     def total(self) -> int:
