@@ -1,11 +1,11 @@
 """Blocks of table text at array speed: lengths for sizes, byte matrices for lines.
 
 Owns ``Cells``, the texts of one column over a block of rows kept as arrays:
-each value's length in bytes, and on demand a ``(rows, width)`` byte matrix
+their total length in bytes, and on demand a ``(rows, width)`` byte matrix
 holding each text left-aligned and padded with NUL bytes. ``cells`` makes
 them for the value kinds it can do without a Python object per value;
 ``cells_of_texts`` from texts made one by one. ``block_size`` counts the
-bytes of a block of lines from the lengths alone, and ``block_bytes``
+bytes of a block of lines from the total lengths alone, and ``block_bytes``
 assembles the same lines from the matrices (each row's fields joined by
 ``sep`` and ended by ``end``, padding dropped), so a block's count and its
 bytes come from the same cells. ``BlockedFile`` is a streamed file of such
@@ -21,8 +21,8 @@ strings that are not ASCII, objects), and the caller makes the texts one by
 one. ``Cells.plain`` tells whether no text needs CSV quoting.
 
 Stateless functions and files; a ``Cells`` is built once and then only read
-(its lengths and matrix are made at most once, by whichever caller asks
-first), so it may be shared by the tasks of one stream.
+(its matrix is made at most once, by whichever caller asks first), so it
+may be shared by the tasks of one stream.
 """
 
 from __future__ import annotations
@@ -52,18 +52,16 @@ _EDGE[[ord(c) for c in " \t\n\v\f\r\x1c\x1d\x1e\x1f"]] = True
 _COMMA = ord(",")
 #: No byte from this one up is special or white space (``_plain``'s quick test).
 _FIRST_PLAIN = max(np.flatnonzero(_SPECIAL | _EDGE)) + 1
-_NONFINITE = {"nan": b"nan", "inf": b"inf", "-inf": b"-inf"}
 
 
 class Cells:
     """The texts of one column over a block of rows (see the module docstring):
-    their total length always, each one's length and the matrix when asked
-    (made once, by whichever caller asks first)."""
+    their total length always, the matrix when asked (made once, by whichever
+    caller asks first)."""
 
-    __slots__ = ("_lengths", "_matrix", "empty", "plain", "rows", "total")
+    __slots__ = ("_matrix", "empty", "plain", "rows", "total")
 
     def __init__(self, rows: int, total: int, *, plain: bool, empty: bool,
-                 lengths: np.ndarray | Callable[[], np.ndarray],
                  matrix: np.ndarray | Callable[[], np.ndarray]) -> None:
         self.rows = rows
         #: The texts' lengths in bytes, added up.
@@ -71,18 +69,10 @@ class Cells:
         #: True when no text needs CSV quoting; True when some text is empty.
         self.plain = plain
         self.empty = empty
-        self._lengths = lengths
         self._matrix = matrix
 
     def __len__(self) -> int:
         return self.rows
-
-    @property
-    def lengths(self) -> np.ndarray:
-        """Each text's length in bytes (int64)."""
-        if callable(self._lengths):
-            self._lengths = self._lengths()
-        return self._lengths
 
     def matrix(self) -> np.ndarray:
         """The texts as a ``(rows, width)`` uint8 matrix, NUL-padded."""
@@ -95,37 +85,44 @@ def _fixed(raw: np.ndarray, lengths: np.ndarray, plain: bool) -> Cells:
     """Cells of a C-contiguous fixed-width bytes array whose values are
     NUL-padded already (numpy's ``S`` layout), of the given lengths."""
     return Cells(len(raw), int(lengths.sum()), plain=plain, empty=bool((lengths == 0).any()),
-                 lengths=lengths, matrix=raw.view(np.uint8).reshape(len(raw), raw.dtype.itemsize))
+                 matrix=raw.view(np.uint8).reshape(len(raw), raw.dtype.itemsize))
 
 
 _BOOL = np.array([b"False", b"True"], dtype="S5")
-_BOOL_LEN = np.array([5, 4], dtype=np.int64)
 
 
 def _bool_cells(values: np.ndarray) -> Cells:
     index = values.astype(np.intp)
     trues = int(np.count_nonzero(values))
     return Cells(len(values), 4 * trues + 5 * (len(values) - trues), plain=True, empty=False,
-                 lengths=lambda: _BOOL_LEN[index],
                  matrix=lambda: _BOOL[index].view(np.uint8).reshape(len(index), 5))
 
 
 class _Serialised:
-    """One array as orjson writes it (``[v0,v1,...]``), and where each value
-    lies in it (``starts_and_lengths``, for the callers that need it)."""
+    """One array as orjson writes it (``[v0,v1,...]``), and ``patches``: rows
+    whose ``null`` (a non-finite float) is shown as another text."""
 
-    def __init__(self, values: np.ndarray) -> None:
+    def __init__(self, values: np.ndarray,
+                 patches: Sequence[tuple[np.ndarray, bytes]] = ()) -> None:
         native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
         self.buf = np.frombuffer(orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY),
                                  dtype=np.uint8)
         self.rows = len(values)
+        self.patches = patches
 
     @property
     def total(self) -> int:
-        """The values' lengths added up: all but the brackets and commas."""
-        return len(self.buf) - 2 - (self.rows - 1)
+        """The texts' lengths added up: all but the brackets and commas, each
+        patched ``null`` counted as its text."""
+        return len(self.buf) - 2 - (self.rows - 1) + sum(
+            int(np.count_nonzero(where)) * (len(text) - len(b"null"))
+            for where, text in self.patches)
 
-    def starts_and_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+    def matrix(self) -> np.ndarray:
+        """Each text left-aligned in a row as wide as the longest value written:
+        a window of the serialised array from the value's start, zeroed from its
+        length on (its comma, the next value); a patched row is its text, no
+        longer than the ``null`` it replaces."""
         commas = np.flatnonzero(self.buf == _COMMA)
         starts = np.empty(self.rows, dtype=np.int64)
         starts[0] = 1
@@ -133,71 +130,34 @@ class _Serialised:
         ends = np.empty(self.rows, dtype=np.int64)
         ends[:-1] = commas
         ends[-1] = len(self.buf) - 1
-        return starts, ends - starts
-
-    def matrix(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Each value left-aligned in a row as wide as the longest of ``lengths``:
-        a window of the serialised array from its start, zeroed from its length
-        on (its comma, the next value)."""
+        lengths = ends - starts
         width = int(lengths.max())
         padded = np.concatenate([self.buf, np.zeros(width, dtype=np.uint8)])
         matrix = sliding_window_view(padded, width)[starts]
         matrix *= np.arange(width) < lengths[:, None]
+        for where, text in self.patches:
+            row = np.zeros(width, dtype=np.uint8)
+            row[:len(text)] = np.frombuffer(text, dtype=np.uint8)
+            matrix[where] = row
         return matrix
 
-
-def _json_cells(values: np.ndarray) -> Cells:
-    """Cells of integers (or finite floats) as orjson writes them."""
-    return _json_cells_of(_Serialised(values), values)
-
-
-def _json_cells_of(serialised: _Serialised, values: np.ndarray) -> Cells:
-    found: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def layout() -> tuple[np.ndarray, np.ndarray]:
-        if not found:
-            found.append(serialised.starts_and_lengths())
-        return found[0]
-
-    return Cells(len(values), serialised.total, plain=True, empty=False,
-                 lengths=lambda: layout()[1], matrix=lambda: serialised.matrix(*layout()))
+    def cells(self) -> Cells:
+        return Cells(self.rows, self.total, plain=True, empty=False, matrix=self.matrix)
 
 
 def _float_cells(values: np.ndarray) -> Cells:
     """Cells of floats as orjson writes them, its ``null`` for a non-finite
     value replaced by ``nan``, ``inf`` or ``-inf``."""
-    serialised = _Serialised(values)
     finite = np.isfinite(values)
     if finite.all():
-        return _json_cells_of(serialised, values)
+        return _Serialised(values).cells()
     nan = np.isnan(values)
     negative = np.signbit(values)
-    patches = [(where, text) for where, text in ((nan, _NONFINITE["nan"]),
-                                                 (~finite & ~nan & ~negative, _NONFINITE["inf"]),
-                                                 (~finite & ~nan & negative, _NONFINITE["-inf"]))
+    patches = [(where, text) for where, text in ((nan, b"nan"),
+                                                 (~finite & ~nan & ~negative, b"inf"),
+                                                 (~finite & ~nan & negative, b"-inf"))
                if where.any()]
-    total = serialised.total + sum(int(np.count_nonzero(where)) * (len(text) - len(b"null"))
-                                   for where, text in patches)
-    found: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def layout() -> tuple[np.ndarray, np.ndarray]:
-        if not found:
-            starts, lengths = serialised.starts_and_lengths()
-            for where, text in patches:
-                lengths[where] = len(text)
-            found.append((starts, lengths))
-        return found[0]
-
-    def matrix() -> np.ndarray:
-        out = serialised.matrix(*layout())  # as wide as the longest text, patched included
-        for where, text in patches:
-            row = np.zeros(out.shape[1], dtype=np.uint8)
-            row[:len(text)] = np.frombuffer(text, dtype=np.uint8)
-            out[where] = row
-        return out
-
-    return Cells(len(values), total, plain=True, empty=False,
-                 lengths=lambda: layout()[1], matrix=matrix)
+    return _Serialised(values, patches).cells()
 
 
 def _bytes_cells(values: np.ndarray) -> Cells | None:
@@ -235,7 +195,7 @@ def cells(values: np.ndarray) -> Cells | None:
     if kind == "b":
         return _bool_cells(values)
     if kind in "iu":
-        return _json_cells(values)
+        return _Serialised(values).cells()
     if kind == "f" and values.dtype.itemsize in {4, 8}:
         return _float_cells(values)
     if kind == "S":

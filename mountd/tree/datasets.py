@@ -302,16 +302,16 @@ class ChunkFile(InDomain, FileNode):
         listed = chunk_file_stat(self.tree, ds)
         if listed.exact:
             return listed
-        key = await self._size_key(ds)
+        key = self._size_key(await self.tree.data_epoch(self.op, ds))
         size: int | None = self.tree.memo.get(key, ds)
         if size is None:
             size = len(await self._data(ds))
             self.tree.memo.put(key, size, 16, ds)
         return Stat(NodeType.FILE, size=size, mtime=listed.mtime, ctime=listed.ctime)
 
-    async def _size_key(self, ds: Dataset) -> Hashable:
-        """The memo key of the chunk's size in the dataset's data epoch now."""
-        return ("chunk size", self.op.key, self.index, await self.tree.data_epoch(self.op, ds))
+    def _size_key(self, data_epoch: Hashable) -> Hashable:
+        """The memo key of the chunk's size in the dataset's ``data_epoch``."""
+        return ("chunk size", self.op.key, self.index, data_epoch)
 
     async def _data(self, ds: Dataset) -> bytes:
         self.tree.chunk_file_read(self.op, ds, self.index)
@@ -328,11 +328,12 @@ class ChunkFile(InDomain, FileNode):
         reported, the kernel's idea of the size is stale, so this open bypasses
         the page cache (``direct_io``)."""
         ds = await self.tree.dataset(self.op)
-        keep = self.tree.keep_pages(self.key, await self.tree.data_epoch(self.op, ds))
+        epoch = await self.tree.data_epoch(self.op, ds)
+        keep = self.tree.keep_pages(self.key, epoch)
         if ds.chunk_nbytes is not None:
             return BytesHandle(lambda: self._data(ds), keep_cache=keep)
         data = await self._data(ds)
-        key = await self._size_key(ds)
+        key = self._size_key(epoch)
         reported = self.tree.memo.get(key, ds)
         self.tree.memo.put(key, len(data), 16, ds)
 

@@ -87,8 +87,9 @@ class ObjectContext:
         self.seen.append((target.id, obj))
         return obj
 
-    async def _note_read(self, ds: Dataset) -> None:
-        """Record the data epoch ``ds``'s chunks are read in now."""
+    async def note_read(self, ds: Dataset) -> None:
+        """Record the data epoch ``ds``'s chunks are read in now (or, for a size
+        kept on disk, the epoch of the data it stands for)."""
         epoch = await self._tree.data_epoch(self.op, ds)
         noted = self.read.get(ds.id)
         if noted is None:
@@ -97,11 +98,11 @@ class ObjectContext:
             self.read[ds.id] = (ds, MIXED)
 
     async def chunk(self, ds: Dataset, index: ChunkIndex) -> bytes | None:
-        await self._note_read(ds)
+        await self.note_read(ds)
         return await self._tree.chunk(self.op, ds, index)
 
     async def chunks(self, ds: Dataset, indices: Sequence[ChunkIndex]) -> list[bytes | None]:
-        await self._note_read(ds)
+        await self.note_read(ds)
         out: list[bytes | None] = []
         for data in await self._tree.chunks(self.op, ds, indices):
             if isinstance(data, MountError):

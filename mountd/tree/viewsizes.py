@@ -112,13 +112,14 @@ class ViewSizes:
         try:
             size = await self._current(key, ctx)
             if size is None:
-                validator = await self._validator(ctx, record)
-                if validator is not None and record is not None:
-                    size = await self._recorded(ctx, record[0], validator)
+                on_disk = await self._on_disk(ctx, record)
+                if on_disk is not None:
+                    size = await self._recorded(ctx, *on_disk)
                 if size is None:
                     size = await file.size(ctx)
-                    if validator is not None and record is not None and self._own_data(ctx):
-                        await self._save(record[0], validator, size)
+                    if on_disk is not None and self._own_data(ctx):
+                        assert self._records is not None
+                        await self._records.save(*on_disk, size)
                 self._keep(key, ctx, size)
         finally:
             del self._sizing[key]
@@ -135,24 +136,21 @@ class ViewSizes:
         """True if the view read its own dataset's chunks and nothing else."""
         return not ctx.seen and list(ctx.read) == [ctx.obj.id]
 
-    async def _validator(self, ctx: ObjectContext, record: tuple[str, str] | None
-                         ) -> str | None:
-        """What a size of ``record``'s view over the context's dataset is kept
-        under on disk now; None when no size is kept for it."""
+    async def _on_disk(self, ctx: ObjectContext, record: tuple[str, str] | None
+                       ) -> tuple[str, str] | None:
+        """The name and validator a size of ``record``'s view over the context's
+        dataset is kept under on disk now; None when no size is kept for it."""
         obj = ctx.obj
         if self._records is None or record is None or not isinstance(obj, Dataset):
             return None
+        name, view = record
         version = await self._fresh.data_version(ctx.op, obj)
-        return None if version is None else self._records.validator(record[1], obj, version)
+        return None if version is None else (name, self._records.validator(view, obj, version))
 
     async def _recorded(self, ctx: ObjectContext, name: str, validator: str) -> int | None:
         """The size kept on disk, noted as read from the dataset's data epoch now."""
         assert self._records is not None and isinstance(ctx.obj, Dataset)
         size = await self._records.load(name, validator)
         if size is not None:
-            ctx.read[ctx.obj.id] = (ctx.obj, await self._fresh.data_epoch(ctx.op, ctx.obj))
+            await ctx.note_read(ctx.obj)
         return size
-
-    async def _save(self, name: str, validator: str, size: int) -> None:
-        assert self._records is not None
-        await self._records.save(name, validator, size)

@@ -168,11 +168,13 @@ async def mtx_blocks(ctx: ViewContext, sp: Sparse) -> AsyncIterator[bytes | list
             major = m0 + np.searchsorted(ptr, np.arange(e0, e1), side="right")
             rows, cols = (major, minor + 1) if sp.by_row else (minor + 1, major)
             value_cells = await values.cells(ctx, e0, e1)
+            texts: list[str] = []
             if value_cells is None:
-                value_cells = cells_of_texts(await values.texts(ctx, e0, e1))
+                texts = await values.texts(ctx, e0, e1)
+                value_cells = cells_of_texts(texts)
             row_cells, col_cells = array_cells(rows), array_cells(cols)
             if value_cells is None or row_cells is None or col_cells is None:
-                texts = await values.texts(ctx, e0, e1)
+                texts = texts or await values.texts(ctx, e0, e1)
                 yield "".join(f"{row} {col} {text}\n" for row, col, text in
                               zip(rows.tolist(), cols.tolist(), texts, strict=True)).encode()
             else:
