@@ -29,6 +29,7 @@ from layouts.views import _columns as columns
 from layouts.views import _csvblock
 from layouts.views._columns import Column, DatasetColumn, csv_file, lines_file
 from layouts.views._csvblock import block_bytes, block_size, cells, cells_of_texts
+from layouts.views._csvjoin import join
 from tests.test_columns import UTF8_JSON, Ctx, content, fixed, vlen
 
 NUMBER_DTYPES = ["i1", "u1", "<i2", ">u2", "<i4", ">i4", "<u4", "<i8", ">i8", "<u8", ">u8",
@@ -168,6 +169,29 @@ def test_non_finite_floats_alone_and_among_others() -> None:
             expected = "".join(f"{t}\n" for t in columns._float_texts(array)).encode()
             assert block_bytes([got]) == expected
             assert block_size([got]) == len(expected)
+
+
+def test_the_join_fills_exactly_the_size_counted() -> None:
+    """``_csvjoin.join`` makes the lines of JSON arrays and NUL-padded
+    matrices, eight bytes at a time or one (texts of 1 to 20 bytes, at the
+    buffer's end or not), and refuses a count or an array that disagrees
+    with them rather than give other bytes."""
+    texts = [b"7", b"-12", b"0.1234567", b"123456789012345678", b"1e-7", b"3.25", b"nan\0",
+             b"-inf", b"12345678901234567890"]
+    array = b"[" + b",".join(texts) + b"]"
+    names = np.array([b"ab", b"", b"cdefghij", b"k"] * 2 + [b"lmnopqrstu"], dtype="S10")
+    want = b"".join(t.rstrip(b"\0") + b";" + n + b"\n" for t, n in zip(texts, names, strict=True))
+    columns = [(array, 0), (names, 10)]
+    assert join(columns, len(texts), len(want), b";", b"\n") == want
+    for size in (len(want) - 1, len(want) + 1):
+        with pytest.raises(ValueError, match="counted"):
+            join(columns, len(texts), size, b";", b"\n")
+    bad = [b"[1,2", b"1,2]", b"[1,2,3]", b"[1]", b"[1,\0x2]"]
+    for buffer in bad:
+        with pytest.raises(ValueError, match="array"):
+            join([(buffer, 0)], 2, 4, b",", b"\n")
+    with pytest.raises(ValueError, match="rows of"):
+        join([(names, 10)], len(names) + 1, 100, b",", b"\n")
 
 
 def test_which_kinds_have_cells() -> None:

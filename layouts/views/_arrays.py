@@ -38,7 +38,14 @@ def fill_box(dest: np.ndarray, box: Box, chunks: tuple[int, ...],
              got: Mapping[ChunkIndex, np.ndarray | None], fill: Any) -> None:
     """Copy into ``dest`` (the elements of ``box``) the part of every chunk
     inside the box: ``got`` holds each chunk shaped as ``chunks`` (trailing
-    dimensions of a sub-array type after them), or None for ``fill``."""
+    dimensions of a sub-array type after them), or None for ``fill``.
+
+    Compound elements without objects are copied as raw bytes (numpy copies
+    a structured array field by field, some 25 times slower)."""
+    if dest.dtype.names is not None and not dest.dtype.hasobject:
+        raw = np.dtype((np.void, dest.dtype.itemsize))
+        dest, fill = dest.view(raw), np.asarray(fill).view(raw)
+        got = {index: None if block is None else block.view(raw) for index, block in got.items()}
     # Per dimension, each chunk position the box meets with the slice of the box
     # and of the chunk it covers; a chunk's slices are then one pick per dimension.
     axes = []

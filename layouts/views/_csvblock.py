@@ -1,15 +1,18 @@
-"""Blocks of table text at array speed: lengths for sizes, byte matrices for lines.
+"""Blocks of table text at array speed: lengths for sizes, bytes for lines.
 
 Owns ``Cells``, the texts of one column over a block of rows kept as arrays:
-their total length in bytes, and on demand a ``(rows, width)`` byte matrix
-holding each text left-aligned and padded with NUL bytes. ``cells`` makes
+their total length in bytes, and on demand their bytes in one buffer
+(``Texts``: a JSON array of numbers as orjson writes it, or a byte matrix
+holding each text left-aligned and padded with NUL bytes). ``cells`` makes
 them for the value kinds it can do without a Python object per value;
 ``cells_of_texts`` from texts made one by one. ``block_size`` counts the
 bytes of a block of lines from the total lengths alone, and ``block_bytes``
-assembles the same lines from the matrices (each row's fields joined by
-``sep`` and ended by ``end``, padding dropped), so a block's count and its
-bytes come from the same cells. ``BlockedFile`` is a streamed file of such
-blocks (CSV, lines and Matrix Market files), sized by counting them.
+joins the same texts into lines (each row's fields joined by ``sep`` and
+ended by ``end``) in C (``layouts.views._csvjoin``), in a buffer of the
+counted size that the lines must fill exactly: a block's count and its
+bytes come from the same cells and are checked against each other.
+``BlockedFile`` is a streamed file of such blocks (CSV, lines and Matrix
+Market files), sized by counting them.
 
 Texts are those of ``layouts.views._columns`` (whose CSV, lines and tests
 define them): integers as orjson writes them; ``float32`` and ``float64`` as
@@ -21,8 +24,8 @@ strings that are not ASCII, objects), and the caller makes the texts one by
 one. ``Cells.plain`` tells whether no text needs CSV quoting.
 
 Stateless functions and files; a ``Cells`` is built once and then only read
-(its matrix is made at most once, by whichever caller asks first), so it
-may be shared by the tasks of one stream.
+(its bytes are made at most once, by whichever caller asks first), so it
+may be shared by the tasks of one stream. The join runs without the GIL.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import numpy as np
 import orjson
-from numpy.lib.stride_tricks import sliding_window_view
 
 from layouts.views._api import ViewContext
+from layouts.views._csvjoin import join
 from layouts.views._stream import StreamedFile, close_stream
 
 log = logging.getLogger(__name__)
@@ -54,110 +57,101 @@ _COMMA = ord(",")
 _FIRST_PLAIN = max(np.flatnonzero(_SPECIAL | _EDGE)) + 1
 
 
+#: A column's texts as ``layouts.views._csvjoin`` takes them: a buffer and its
+#: row width (0: a JSON array of numbers as orjson writes it).
+Texts = tuple[bytes | np.ndarray, int]
+
+
 class Cells:
     """The texts of one column over a block of rows (see the module docstring):
-    their total length always, the matrix when asked (made once, by whichever
-    caller asks first)."""
+    their total length always, their bytes (``Texts``) when asked, made once,
+    by whichever caller asks first."""
 
-    __slots__ = ("_matrix", "empty", "plain", "rows", "total")
+    __slots__ = ("_texts", "empty", "plain", "rows", "total")
 
     def __init__(self, rows: int, total: int, *, plain: bool, empty: bool,
-                 matrix: np.ndarray | Callable[[], np.ndarray]) -> None:
+                 texts: Texts | Callable[[], Texts]) -> None:
         self.rows = rows
         #: The texts' lengths in bytes, added up.
         self.total = total
         #: True when no text needs CSV quoting; True when some text is empty.
         self.plain = plain
         self.empty = empty
-        self._matrix = matrix
+        self._texts = texts
 
     def __len__(self) -> int:
         return self.rows
 
-    def matrix(self) -> np.ndarray:
-        """The texts as a ``(rows, width)`` uint8 matrix, NUL-padded."""
-        if callable(self._matrix):
-            self._matrix = self._matrix()
-        return self._matrix
+    def texts(self) -> Texts:
+        """The texts, as ``layouts.views._csvjoin.join`` takes a column."""
+        if callable(self._texts):
+            self._texts = self._texts()
+        return self._texts
 
 
 def _fixed(raw: np.ndarray, lengths: np.ndarray, plain: bool) -> Cells:
     """Cells of a C-contiguous fixed-width bytes array whose values are
     NUL-padded already (numpy's ``S`` layout), of the given lengths."""
     return Cells(len(raw), int(lengths.sum()), plain=plain, empty=bool((lengths == 0).any()),
-                 matrix=raw.view(np.uint8).reshape(len(raw), raw.dtype.itemsize))
+                 texts=(raw, raw.dtype.itemsize))
 
 
 _BOOL = np.array([b"False", b"True"], dtype="S5")
 
 
 def _bool_cells(values: np.ndarray) -> Cells:
-    index = values.astype(np.intp)
     trues = int(np.count_nonzero(values))
     return Cells(len(values), 4 * trues + 5 * (len(values) - trues), plain=True, empty=False,
-                 matrix=lambda: _BOOL[index].view(np.uint8).reshape(len(index), 5))
+                 texts=lambda: (_BOOL[values.astype(np.intp)], 5))
 
 
-class _Serialised:
-    """One array as orjson writes it (``[v0,v1,...]``), and ``patches``: rows
-    whose ``null`` (a non-finite float) is shown as another text."""
+def _serialised(values: np.ndarray) -> bytes:
+    """A flat array as orjson writes it: ``[v0,v1,...]``."""
+    native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
+    return orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY)
 
-    def __init__(self, values: np.ndarray,
-                 patches: Sequence[tuple[np.ndarray, bytes]] = ()) -> None:
-        native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
-        self.buf = np.frombuffer(orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY),
-                                 dtype=np.uint8)
-        self.rows = len(values)
-        self.patches = patches
 
-    @property
-    def total(self) -> int:
-        """The texts' lengths added up: all but the brackets and commas, each
-        patched ``null`` counted as its text."""
-        return len(self.buf) - 2 - (self.rows - 1) + sum(
-            int(np.count_nonzero(where)) * (len(text) - len(b"null"))
-            for where, text in self.patches)
-
-    def matrix(self) -> np.ndarray:
-        """Each text left-aligned in a row as wide as the longest value written:
-        a window of the serialised array from the value's start, zeroed from its
-        length on (its comma, the next value); a patched row is its text, no
-        longer than the ``null`` it replaces."""
-        commas = np.flatnonzero(self.buf == _COMMA)
-        starts = np.empty(self.rows, dtype=np.int64)
-        starts[0] = 1
-        starts[1:] = commas + 1
-        ends = np.empty(self.rows, dtype=np.int64)
-        ends[:-1] = commas
-        ends[-1] = len(self.buf) - 1
-        lengths = ends - starts
-        width = int(lengths.max())
-        padded = np.concatenate([self.buf, np.zeros(width, dtype=np.uint8)])
-        matrix = sliding_window_view(padded, width)[starts]
-        matrix *= np.arange(width) < lengths[:, None]
-        for where, text in self.patches:
-            row = np.zeros(width, dtype=np.uint8)
-            row[:len(text)] = np.frombuffer(text, dtype=np.uint8)
-            matrix[where] = row
-        return matrix
-
-    def cells(self) -> Cells:
-        return Cells(self.rows, self.total, plain=True, empty=False, matrix=self.matrix)
+def _patched(buf: bytes, rows: int, patches: Sequence[tuple[np.ndarray, bytes]]) -> np.ndarray:
+    """``buf`` (a serialised array of ``rows`` values) with the ``null`` of each
+    patched row overwritten by its text, NUL-padded to the same four bytes
+    (``layouts.views._csvjoin`` drops a text's trailing NULs)."""
+    out = np.frombuffer(buf, dtype=np.uint8).copy()
+    starts = np.empty(rows, dtype=np.int64)
+    starts[0] = 1
+    starts[1:] = np.flatnonzero(out == _COMMA) + 1
+    null = np.arange(len(b"null"))
+    for where, text in patches:
+        out[starts[where][:, None] + null] = np.frombuffer(text.ljust(len(b"null"), b"\0"),
+                                                           dtype=np.uint8)
+    return out
 
 
 def _float_cells(values: np.ndarray) -> Cells:
     """Cells of floats as orjson writes them, its ``null`` for a non-finite
-    value replaced by ``nan``, ``inf`` or ``-inf``."""
+    value shown as ``nan``, ``inf`` or ``-inf``."""
+    buf = _serialised(values)
+    rows = len(values)
+    # Everything but the brackets and commas.
+    total = len(buf) - 2 - (rows - 1)
     finite = np.isfinite(values)
     if finite.all():
-        return _Serialised(values).cells()
+        return Cells(rows, total, plain=True, empty=False, texts=(buf, 0))
     nan = np.isnan(values)
     negative = np.signbit(values)
     patches = [(where, text) for where, text in ((nan, b"nan"),
                                                  (~finite & ~nan & ~negative, b"inf"),
                                                  (~finite & ~nan & negative, b"-inf"))
                if where.any()]
-    return _Serialised(values, patches).cells()
+    total += sum(int(np.count_nonzero(where)) * (len(text) - len(b"null"))
+                 for where, text in patches)
+    return Cells(rows, total, plain=True, empty=False,
+                 texts=lambda: (_patched(buf, rows, patches), 0))
+
+
+def _number_cells(values: np.ndarray) -> Cells:
+    buf = _serialised(values)
+    return Cells(len(values), len(buf) - 2 - (len(values) - 1), plain=True, empty=False,
+                 texts=(buf, 0))
 
 
 def _bytes_cells(values: np.ndarray) -> Cells | None:
@@ -195,7 +189,7 @@ def cells(values: np.ndarray) -> Cells | None:
     if kind == "b":
         return _bool_cells(values)
     if kind in "iu":
-        return _Serialised(values).cells()
+        return _number_cells(values)
     if kind == "f" and values.dtype.itemsize in {4, 8}:
         return _float_cells(values)
     if kind == "S":
@@ -223,19 +217,10 @@ def block_size(columns: Sequence[Cells]) -> int:
 
 def block_bytes(columns: Sequence[Cells], sep: bytes = b",", end: bytes = b"\n") -> bytes:
     """One line per row: the row's fields in column order, ``sep`` between
-    them and ``end`` after the last (each one byte, not NUL)."""
-    rows = columns[0].rows
-    matrices = [c.matrix() for c in columns]
-    width = sum(m.shape[1] for m in matrices) + len(matrices)
-    lines = np.empty((rows, width), dtype=np.uint8)  # every byte is written below
-    at = 0
-    for i, matrix in enumerate(matrices):
-        lines[:, at:at + matrix.shape[1]] = matrix
-        at += matrix.shape[1]
-        lines[:, at] = (end if i == len(matrices) - 1 else sep)[0]
-        at += 1
-    flat = lines.reshape(-1)
-    return flat[flat != 0].tobytes()
+    them and ``end`` after the last (each one byte, not NUL). The lines are
+    made in a buffer of ``block_size`` bytes, which they must fill exactly
+    (else ValueError)."""
+    return join([c.texts() for c in columns], columns[0].rows, block_size(columns), sep, end)
 
 
 class BlockedFile(StreamedFile):
