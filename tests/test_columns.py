@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+import struct
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ import pandas as pd
 import pytest
 import trio
 
+from layouts.errors import Corrupt
 from layouts.formats.refs._types import type_json
 from layouts.model import (
     ChunkIndex,
@@ -42,6 +44,7 @@ from layouts.model import (
 )
 from layouts.views import _columns as columns
 from layouts.views._api import ViewContext, ViewFile
+from layouts.views._arrays import decode_chunk
 from layouts.views._columns import BuiltFileView, Column, DatasetColumn, csv_file, field_columns
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import StorageError
@@ -94,6 +97,7 @@ class Ctx:
     def __init__(self) -> None:
         self.chunk_reads = 0
         self.path = "/table"
+        self.block_counts = None
 
     async def chunks(self, ds: Dataset, indices: list[ChunkIndex]) -> list[bytes | None]:
         self.chunk_reads += len(indices)
@@ -501,3 +505,12 @@ def test_million_rows_with_bounded_memory() -> None:
     assert grown < 28 << 20, f"peak memory grew by {grown / 2**20:.1f} MiB"
     # a block's rows are read once for all four fields (8 blocks a chunk, 3 passes)
     assert reads <= 3 * 8 * -(-1_000_000 // 65536) + 3
+
+
+def test_a_chunk_of_text_that_is_not_utf8_is_corrupt_not_a_crash() -> None:
+    """A variable-length string chunk whose bytes are not UTF-8 (a damaged
+    bucket) raises ``Corrupt`` (EIO for the reader), not ``UnicodeDecodeError``."""
+    ds = vlen("d-bad", ["ok"], 1, VlenKind.UTF8, UTF8_JSON)
+    with pytest.raises(Corrupt, match="does not decode as UTF8"):
+        decode_chunk(ds, struct.pack("<II", 1, 2) + b"\xff\x9c")
+    assert decode_chunk(ds, struct.pack("<II", 1, 2) + b"ok").tolist() == ["ok"]

@@ -21,6 +21,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 
+from layouts.errors import Corrupt
 from layouts.model import ChunkIndex, Dataset, VlenKind
 from layouts.views._api import ViewContext
 
@@ -67,7 +68,8 @@ def fill_box(dest: np.ndarray, box: Box, chunks: tuple[int, ...],
 
 def decode_chunk(ds: Dataset, data: bytes) -> np.ndarray:
     """A chunk file's bytes as a flat array of the dataset's elements (a
-    sub-array type adds its dimensions after the first)."""
+    sub-array type adds its dimensions after the first). Raises ``Corrupt``
+    for bytes the dataset's codec cannot decode (text that is not UTF-8)."""
     vlen = ds.type.vlen
     if vlen is None:
         return np.frombuffer(data, dtype=ds.type.dtype)
@@ -80,7 +82,10 @@ def decode_chunk(ds: Dataset, data: bytes) -> np.ndarray:
         codec = numcodecs.VLenArray(ds.type.vlen_base)
     else:
         codec = numcodecs.JSON()
-    return np.asarray(codec.decode(data)).reshape(-1)
+    try:
+        return np.asarray(codec.decode(data)).reshape(-1)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise Corrupt(ds.id, f"a chunk does not decode as {vlen.name}: {exc}") from exc
 
 
 def _fill(ds: Dataset) -> Any:
