@@ -246,12 +246,15 @@ class ChunkStore(Protocol):
         at hand), so listing the chunks ahead of a reader would save nothing."""
         ...
 
-    async def version(self) -> Hashable | None:
-        """A value that changes whenever a stored chunk changes, appears or goes
-        (its validators as a listing of the chunks shows them, never repeated),
-        learnt without reading a chunk: what lets a reader keep decoded bytes
-        past ``metadata_ttl`` while storage is unchanged. None when the store
-        cannot tell cheaply (no such listing, or too many chunks to list)."""
+    async def version(self) -> Mapping[ChunkIndex, Hashable] | None:
+        """Each stored chunk's validator, as a listing of the chunks shows it:
+        a value that changes whenever the chunk changes (never repeated), so
+        the mapping changes whenever a stored chunk changes, appears or goes.
+        Learnt without reading a chunk: what lets a reader keep decoded bytes,
+        and counts made of them, past ``metadata_ttl`` while storage is
+        unchanged. None when the store cannot tell cheaply (no such listing,
+        or too many chunks to list); a chunk's validator is None when the
+        listing shows only that it is stored."""
         ...
 
 

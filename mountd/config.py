@@ -294,7 +294,8 @@ class MountConfig:
         text("DIR", "directory", path=True), shown="none",
         help="also keep remote blocks on disk in DIR, validated by ETag, and the sizes of "
              "views made of one dataset (a table's CSV), validated by its stored chunks, so "
-             "they survive a remount")
+             "they survive a remount (with the counts of their blocks, so a changed chunk "
+             "costs a count of its own rows only)")
     disk_cache_size: int = option(
         size(), default=10 << 30,
         help="largest size of `cache_dir`; the cache also always leaves 5% (at least 1 GiB) "

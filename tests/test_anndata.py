@@ -466,6 +466,7 @@ class MemoryContext:
         self.obj = Group(id="g", attrs=tuple(Attribute(k, v) for k, v in attrs.items()),
                          links={name: Link(LinkKind.HARD, name) for name in children})
         self.path = "/g"
+        self.block_counts = None
 
     async def child(self, path: str) -> Dataset | None:
         return self.children.get(path)

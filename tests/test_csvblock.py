@@ -126,6 +126,33 @@ def test_lines_equal_the_texts_made_one_by_one(table: tuple[list[Column], Any]) 
     assert size == len(data)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_rows_of_numbers_equal_their_json_made_row_by_row(data: st.DataObject) -> None:
+    """``number_rows_file`` (one serialisation per block) gives the bytes of
+    ``jsonl_file`` over the same rows in native byte order (one ``json_text``
+    per row), empty rows and non-finite floats included, and its size is
+    their length."""
+    lengths = data.draw(st.lists(st.integers(0, 6), min_size=1, max_size=300))
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    values = data.draw(number_column(int(bounds[-1])))
+    block = data.draw(st.integers(1, 50))
+
+    async def numbers(ctx: Any, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        return values[bounds[start]:bounds[stop]], bounds[start:stop + 1] - bounds[start]
+
+    native = values.astype(values.dtype.newbyteorder("="))  # as LEGEND's rows give them
+
+    async def rows(ctx: Any, start: int, stop: int) -> list[Any]:
+        return [native[a:b] for a, b in zip(bounds[start:stop], bounds[start + 1:stop + 1],
+                                             strict=True)]
+
+    ctx = Ctx()
+    data_, size = produced(columns.number_rows_file(len(lengths), numbers, block_rows=block), ctx)
+    assert data_ == produced(columns.jsonl_file(len(lengths), rows, block_rows=block), ctx)[0]
+    assert size == len(data_)
+
+
 @given(st.data())
 def test_a_blocks_size_is_the_length_of_its_bytes(data: st.DataObject) -> None:
     rows = data.draw(st.integers(1, 200))

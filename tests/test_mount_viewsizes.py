@@ -160,3 +160,36 @@ def test_a_remount_with_cache_dir_takes_the_size_kept_on_disk(tmp_path: Path) ->
     with mounted(tmp_path / "bucket", tmp_path / "mnt", *options) as mp:
         size, data = shown(mp)
         assert data == changed and size == len(data)
+
+
+def test_a_remount_with_cache_dir_counts_only_the_blocks_whose_chunks_changed(
+        tmp_path: Path) -> None:
+    """With ``cache_dir``, the counts of the CSV's blocks are kept with the
+    validators of the chunks they came from: after one chunk is rewritten, a
+    remount's ``stat`` decodes that chunk alone; after rows are appended (a
+    larger shape, a new chunk), the new chunk alone. Size and bytes agree
+    with pandas' CSV of the stored rows each time."""
+    shape, chunk = 90_000, 30_000
+    table = write_bucket(tmp_path / "bucket", shape, chunk)
+    options = ("-o", f"cache_dir={tmp_path / 'cache'}")
+
+    def stat_then_read(shape: int) -> int:
+        """The chunks decoded by the ``stat``, after checking size and bytes."""
+        with mounted(tmp_path / "bucket", tmp_path / "mnt", *options) as mp:
+            size = (mp / CSV).stat().st_size
+            decoded = stats(mp)["caches"]["chunks"]["misses"]
+            data = (mp / CSV).read_bytes()
+        assert data == pandas_csv(table, shape, chunk)
+        assert size == len(data)
+        return int(decoded)
+
+    assert stat_then_read(shape) == 3
+    (table / "1").write_bytes(rows(chunk, chunk, 10_007).tobytes())
+    assert stat_then_read(shape) == 1
+    description = table / ".dataset.json"
+    described = json.loads(description.read_text())
+    grown = shape + chunk // 2
+    described["shape"] = {"class": "H5S_SIMPLE", "dims": [grown], "maxdims": [grown]}
+    description.write_text(json.dumps(described))
+    (table / "3").write_bytes(rows(3 * chunk, chunk, 1).tobytes())
+    assert stat_then_read(grown) == 1

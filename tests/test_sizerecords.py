@@ -47,3 +47,28 @@ def test_a_size_is_read_back_only_under_its_validator(tmp_path: Path) -> None:
         assert await SizeRecords(DiskCache(tmp_path, 1 << 20), "file:///elsewhere").load(
             "home/t.h5/tab.csv", "v1") is None
     trio.run(main)
+
+
+def test_block_counts_are_read_back_only_under_their_validator(tmp_path: Path) -> None:
+    """Digests are kept byte for byte (one ending in NUL bytes too); the
+    blocks' validator ignores the shape (rows appended) but not the view,
+    the attributes or the chunk shape."""
+    ds = dataset("d-1", np.arange(10, dtype="<i4"), (5,))
+    validator = SizeRecords.blocks_validator("view.Csv", ds)
+    grown = dataset("d-1", np.arange(20, dtype="<i4"), (5,))
+    assert SizeRecords.blocks_validator("view.Csv", grown) == validator
+    assert SizeRecords.blocks_validator("view.Csv", dataset(
+        "d-1", np.arange(10, dtype="<i4"), (2,))) != validator
+    assert SizeRecords.blocks_validator("view.Lines", ds) != validator
+    assert SizeRecords.blocks_validator("view.Csv", dataclasses.replace(
+        ds, attrs=(Attribute("a", 1),))) != validator
+    blocks = {(0, 5): (b"\1" * 8 + bytes(8), 40), (5, 10): (bytes(range(16)), 2**40)}
+
+    async def main() -> None:
+        records = SizeRecords(DiskCache(tmp_path, 1 << 20), "file:///bucket")
+        await records.save_blocks("t.csv", validator, blocks)
+        again = SizeRecords(DiskCache(tmp_path, 1 << 20), "file:///bucket")
+        assert await again.load_blocks("t.csv", validator) == blocks
+        assert await again.load_blocks("t.csv", "other") == {}
+        assert await again.load("t.csv", validator) is None  # not a size
+    trio.run(main)

@@ -14,6 +14,7 @@ Concurrency: views are stateless; each module says what it shares.
 
 from layouts.views._api import (
     AHEAD_CHUNKS,
+    BlockCounts,
     FileView,
     Lease,
     Readahead,
@@ -29,6 +30,7 @@ from layouts.views._registry import VIEWS
 __all__ = [
     "AHEAD_CHUNKS",
     "VIEWS",
+    "BlockCounts",
     "FileView",
     "Lease",
     "NpyView",

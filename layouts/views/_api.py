@@ -95,6 +95,24 @@ class Lease(Protocol):
         ...
 
 
+class BlockCounts(Protocol):
+    """The counts of a view file's blocks kept from an earlier count, for a
+    file whose blocks are each made of some rows of the view's own dataset
+    and nothing else (``ViewContext.block_counts``): a block's count stands
+    while the stored chunks those rows lie in are unchanged."""
+
+    async def get(self, ds: Dataset, start: int, stop: int) -> int | None:
+        """The count kept for the block of rows ``[start, stop)`` of ``ds``
+        (the context's object), if the chunks it came from are unchanged in
+        storage since; else None."""
+        ...
+
+    def put(self, ds: Dataset, start: int, stop: int, count: int) -> None:
+        """Keep the count of the block of rows ``[start, stop)`` of ``ds``,
+        just counted (from chunks read after ``get`` was first called)."""
+        ...
+
+
 class ViewContext(Protocol):
     """What a view may see and do for one object, in one operation."""
 
@@ -166,6 +184,13 @@ class ViewContext(Protocol):
     @property
     def nursery(self) -> trio.Nursery | None:
         """Where background work may run; None: none may."""
+        ...
+
+    @property
+    def block_counts(self) -> BlockCounts | None:
+        """While a file of the view is being sized, where the counts of its
+        blocks are kept between counts (the mount keeps them in ``cache_dir``);
+        None when they are not."""
         ...
 
     def error(self, reason: str) -> Exception:

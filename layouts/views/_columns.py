@@ -19,7 +19,9 @@ on (anndata, LEGEND, plain HDF5 tables):
   (``layouts.views._csvblock``): where a column's values have array texts
   (numbers, bools, ASCII byte strings) a block is made of those, and the
   exact size is counted from their lengths without making the lines; the
-  JSON-lines file's size is counted by streaming it once.
+  JSON-lines file's size is counted by streaming it once, except for rows
+  of numbers (``number_rows_file``), whose lines are counted from one
+  serialisation of a block's values.
 * ``BuiltFileView``: a ``FileView`` whose content is such a file built from
   the context (the columns of the object the view applies to).
 
@@ -39,6 +41,7 @@ replaced with no ``await`` in between, so concurrent streams only miss it.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 from abc import ABC, abstractmethod
@@ -54,9 +57,9 @@ from layouts.hdf5 import HType, parsed_type
 from layouts.model import Dataset
 from layouts.views._api import FileView, Reader, ViewContext, ViewFile
 from layouts.views._arrays import read_rows
-from layouts.views._csvblock import BlockedFile, Cells, cells_of_texts
+from layouts.views._csvblock import BlockedFile, Cells, RowPlan, cells_of_texts
 from layouts.views._csvblock import cells as array_cells
-from layouts.views._stream import StreamedFile
+from layouts.views._stream import StreamedFile, close_stream
 
 #: Rows per block when a column has no better idea.
 BLOCK_ROWS = 4096
@@ -585,6 +588,23 @@ class _CsvFile(BlockedFile):
         for start, stop in self._ranges(ctx):
             yield await self._block(ctx, start, stop)
 
+    def row_plan(self, ctx: ViewContext) -> RowPlan | None:
+        """A plan when every column is a field (or the whole) of one dataset."""
+        ds = _one_dataset(self.columns)
+        if ds is None:
+            return None
+        return RowPlan(ds, self._header(ctx), self._ranges(ctx),
+                       functools.partial(self._block, ctx))
+
+
+def _one_dataset(columns: Sequence[Column]) -> Dataset | None:
+    """The dataset every column reads, if they are all ``DatasetColumn``s of one."""
+    datasets = [c.ds for c in columns if isinstance(c, DatasetColumn)]
+    if not datasets or len(datasets) != len(columns) or \
+            any(ds.id != datasets[0].id for ds in datasets):
+        return None
+    return datasets[0]
+
 
 def _lines(fields: list[list[str]], rows: int) -> str:
     """CSV lines of quoted ``fields`` (one list per column), ``\n`` after each:
@@ -634,26 +654,117 @@ def jsonl_file(rows: int,
     return _JsonLinesFile(rows, row_values, max(1, block_rows))
 
 
+class _NumberRows:
+    """A block of rows of numbers as JSON lines (``[v0,v1,...]`` each), from one
+    orjson serialisation of all their values: its count from where each row's
+    values start and end in it, its bytes by slicing it, so the two agree."""
+
+    def __init__(self, values: np.ndarray, bounds: np.ndarray) -> None:
+        native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
+        self.buf = orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY)
+        commas = np.flatnonzero(np.frombuffer(self.buf, dtype=np.uint8) == ord(","))
+        # Where each value's text starts and ends.
+        firsts = np.concatenate([[1], commas + 1])
+        lasts = np.concatenate([commas, [len(self.buf) - 1]])
+        lo, hi = bounds[:-1], bounds[1:]
+        full = hi > lo
+        #: Where each row's values start and end in ``buf`` (equal for no values).
+        self.starts = np.zeros(len(lo), dtype=np.int64)
+        self.ends = np.zeros(len(lo), dtype=np.int64)
+        if len(values):
+            self.starts[full] = firsts[lo[full]]
+            self.ends[full] = lasts[hi[full] - 1]
+
+    def count(self) -> int:
+        """The bytes ``lines`` gives: each row's values, brackets and line end."""
+        return int((self.ends - self.starts).sum()) + 3 * len(self.starts)
+
+    def lines(self) -> bytes:
+        buf = self.buf
+        return b"".join([b"[" + buf[a:b] + b"]\n"
+                         for a, b in zip(self.starts.tolist(), self.ends.tolist(), strict=True)])
+
+
+class _NumberRowsFile(StreamedFile):
+    def __init__(self, rows: int, row_numbers: RowNumbers, block_rows: int) -> None:
+        self.rows = rows
+        self.row_numbers = row_numbers
+        self.block_rows = block_rows
+
+    async def _blocks(self, ctx: ViewContext) -> AsyncIterator[_NumberRows]:
+        for start, stop in _blocks(self.rows, self.block_rows):
+            values, bounds = await self.row_numbers(ctx, start, stop)
+            if len(bounds) != stop - start + 1 or bounds[0] != 0 or \
+                    bounds[-1] != len(values) or np.any(np.diff(bounds) < 0):
+                raise ctx.error(f"row values do not make rows {start}:{stop}")
+            yield _NumberRows(values, bounds)
+
+    async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
+        blocks = self._blocks(ctx)
+        try:
+            async for block in blocks:
+                yield block.lines()
+        finally:
+            await close_stream(blocks)
+
+    async def size(self, ctx: ViewContext) -> int:
+        """Counted block by block, without making the lines."""
+        total = 0
+        blocks = self._blocks(ctx)
+        try:
+            async for block in blocks:
+                total += block.count()
+        finally:
+            await close_stream(blocks)
+        return total
+
+
+#: Rows ``[start, stop)`` of numbers: all their values as one flat array of
+#: integers, floats or bools, and ``stop - start + 1`` bounds (row ``i`` is
+#: ``values[bounds[i]:bounds[i + 1]]``, the first bound 0 and the last the values' count).
+RowNumbers = Callable[[ViewContext, int, int], Awaitable[tuple[np.ndarray, np.ndarray]]]
+
+
+def number_rows_file(rows: int, row_numbers: RowNumbers, *,
+                     block_rows: int = JSONL_BLOCK_ROWS) -> ViewFile:
+    """``jsonl_file`` of rows that are each an array of numbers (or bools),
+    given flat (``RowNumbers``): the bytes ``jsonl_file`` makes of the same
+    rows in native byte order, made and counted per block of rows with one
+    serialisation of its values, not one per row."""
+    return _NumberRowsFile(rows, row_numbers, max(1, block_rows))
+
+
 class _LinesFile(BlockedFile):
     kind = "lines"
 
     def __init__(self, column: Column) -> None:
         self.column = column
 
+    def _ranges(self, ctx: ViewContext) -> Iterator[tuple[int, int]]:
+        return _blocks(self.column.rows, max(1, self.column.block_rows(ctx)))
+
     async def blocks(self, ctx: ViewContext) -> AsyncIterator[bytes | list[Cells]]:
-        """Each block's cells, if the column has cells of its own; else its
+        for start, stop in self._ranges(ctx):
+            yield await self._block(ctx, start, stop)
+
+    async def _block(self, ctx: ViewContext, start: int, stop: int) -> bytes | list[Cells]:
+        """The block's cells, if the column has cells of its own; else its
         lines, joined from its texts as bytes."""
         column = self.column
-        for start, stop in _blocks(column.rows, max(1, column.block_rows(ctx))):
-            got = await column.cells(ctx, start, stop)
-            if got is not None:
-                _check_count(ctx, got, start, stop, column.header)
-                yield [got]
-                continue
-            texts = await column.texts(ctx, start, stop)
-            _check_count(ctx, texts, start, stop, column.header)
-            texts.append("")
-            yield _encode("\n".join(texts))
+        got = await column.cells(ctx, start, stop)
+        if got is not None:
+            _check_count(ctx, got, start, stop, column.header)
+            return [got]
+        texts = await column.texts(ctx, start, stop)
+        _check_count(ctx, texts, start, stop, column.header)
+        texts.append("")
+        return _encode("\n".join(texts))
+
+    def row_plan(self, ctx: ViewContext) -> RowPlan | None:
+        ds = _one_dataset([self.column])
+        if ds is None:
+            return None
+        return RowPlan(ds, b"", self._ranges(ctx), functools.partial(self._block, ctx))
 
 
 def lines_file(column: Column) -> ViewFile:

@@ -33,11 +33,13 @@ from __future__ import annotations
 import logging
 import time
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import orjson
 
+from layouts.model import Dataset
 from layouts.views._api import ViewContext
 from layouts.views._csvjoin import join
 from layouts.views._stream import StreamedFile, close_stream
@@ -223,6 +225,47 @@ def block_bytes(columns: Sequence[Cells], sep: bytes = b",", end: bytes = b"\n")
     return join([c.texts() for c in columns], columns[0].rows, block_size(columns), sep, end)
 
 
+@dataclass(frozen=True, slots=True)
+class RowPlan:
+    """A blocked file made of ``head``, then one block per range of rows of
+    ``ds``, each made by ``block(start, stop)`` from those rows alone: what
+    lets the count of a block be kept with the chunks it came from."""
+
+    ds: Dataset
+    head: bytes
+    ranges: Iterable[tuple[int, int]]
+    block: Callable[[int, int], Awaitable[bytes | list[Cells]]]
+
+
+def _count(block: bytes | list[Cells]) -> int:
+    return len(block) if isinstance(block, bytes) else block_size(block)
+
+
+class _Progress:
+    """A count that says how far it got, at INFO, every ``PROGRESS_SECONDS``
+    (a ``stat`` of a large table waits for it), and its total if it took long."""
+
+    def __init__(self, ctx: ViewContext, kind: str) -> None:
+        self._path = ctx.path
+        self._kind = kind
+        self.total = 0
+        self._started = self._last = time.monotonic()
+
+    def add(self, count: int) -> None:
+        self.total += count
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_SECONDS:
+            self._last = now
+            log.info("%s: counting the size of its %s view, %d bytes after %.0f s",
+                     self._path, self._kind, self.total, now - self._started)
+
+    def done(self) -> int:
+        if self._last != self._started:
+            log.info("%s: its %s view has %d bytes (counted in %.1f s)", self._path,
+                     self._kind, self.total, time.monotonic() - self._started)
+        return self.total
+
+
 class BlockedFile(StreamedFile):
     """A streamed file made of blocks, each its bytes or its columns' cells:
     read, the cells' lines are made (fields joined by ``sep``); sized, they
@@ -237,6 +280,11 @@ class BlockedFile(StreamedFile):
     def blocks(self, ctx: ViewContext) -> AsyncIterator[bytes | list[Cells]]:
         """The file's blocks in order (an async generator)."""
 
+    def row_plan(self, ctx: ViewContext) -> RowPlan | None:
+        """The file as a ``RowPlan`` (the same blocks as ``blocks``), when it is
+        one; None when its blocks come from more than one dataset."""
+        return None
+
     async def pieces(self, ctx: ViewContext) -> AsyncIterator[bytes]:
         blocks = self.blocks(ctx)
         try:
@@ -247,22 +295,25 @@ class BlockedFile(StreamedFile):
 
     async def size(self, ctx: ViewContext) -> int:
         """The file's length, counted block by block without making the cells'
-        lines. A count that takes long says how far it got, at INFO, every
-        ``PROGRESS_SECONDS`` (a ``stat`` of a large table waits for it)."""
-        total = 0
-        started = last = time.monotonic()
-        blocks = self.blocks(ctx)
-        try:
-            async for block in blocks:
-                total += len(block) if isinstance(block, bytes) else block_size(block)
-                now = time.monotonic()
-                if now - last >= PROGRESS_SECONDS:
-                    last = now
-                    log.info("%s: counting the size of its %s view, %d bytes after %.0f s",
-                             ctx.path, self.kind, total, now - started)
-        finally:
-            await close_stream(blocks)
-        if last != started:
-            log.info("%s: its %s view has %d bytes (counted in %.1f s)", ctx.path, self.kind,
-                     total, time.monotonic() - started)
-        return total
+        lines (``_Progress`` logs a long count). A ``RowPlan``'s blocks are
+        taken from ``ctx.block_counts`` where it keeps them, and the others
+        are counted and given to it."""
+        progress = _Progress(ctx, self.kind)
+        counts = ctx.block_counts
+        plan = None if counts is None else self.row_plan(ctx)
+        if counts is None or plan is None:
+            blocks = self.blocks(ctx)
+            try:
+                async for block in blocks:
+                    progress.add(_count(block))
+            finally:
+                await close_stream(blocks)
+            return progress.done()
+        progress.add(len(plan.head))
+        for start, stop in plan.ranges:
+            count = await counts.get(plan.ds, start, stop)
+            if count is None:
+                count = _count(await plan.block(start, stop))
+                counts.put(plan.ds, start, stop, count)
+            progress.add(count)
+        return progress.done()

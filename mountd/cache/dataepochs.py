@@ -4,8 +4,8 @@ Owns ``DataEpochs``. The tree serves what it read from storage for one
 ``metadata_ttl`` period at most (docs/CONTRACT.md, "Consistency"); at the end
 of a period, what is cached is checked against storage instead of thrown
 away. For each dataset whose store can tell its version
-(``ChunkStore.version``: its stored chunks with their validators, with the
-description its bytes are decoded by), the version is learnt once a period,
+(``ChunkStore.version``: its stored chunks' validators, with its shape and
+what its bytes are decoded by, ``decoding``), the version is learnt once a period,
 *before* any chunk of the dataset is read in that period. A period whose
 version equals the one learnt before keeps that period's *data epoch*, the
 first period of the run; any change starts a new one. Decoded chunks are
@@ -31,6 +31,7 @@ first (a forgotten one starts a new data epoch: its caches go cold once).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
@@ -38,12 +39,22 @@ from dataclasses import dataclass
 
 import trio
 
+from layouts.model import Dataset
 from mountd.errors import MountError
 
 log = logging.getLogger(__name__)
 
 #: Datasets whose version is remembered.
 MAX_DATASETS = 4096
+
+
+def decoding(ds: Dataset) -> str:
+    """What a dataset's stored chunks are decoded by, its shape aside: chunk
+    shape, type, fill value and filters, spelt the same whichever JSON
+    described them (an object's own JSON and HSDS's domain summary may order
+    or annotate the same dataset differently)."""
+    filters = json.dumps(ds.hdf5.get("filters"), sort_keys=True, default=repr)
+    return repr((ds.chunks, repr(ds.type.sidecar), repr(ds.fill_value), filters))
 
 
 @dataclass(frozen=True, slots=True)

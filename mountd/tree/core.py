@@ -29,7 +29,6 @@ work).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -42,7 +41,7 @@ from layouts.views import FileView, View
 from mountd.cache import cachefit, chunkbatch
 from mountd.cache.chunkahead import GridReadahead, chunk_unit
 from mountd.cache.chunkcache import ChunkCache
-from mountd.cache.dataepochs import DataEpochs
+from mountd.cache.dataepochs import DataEpochs, decoding
 from mountd.cache.held import ROW_BANDS_BYTES, HeldMemory
 from mountd.cache.memo import MAX_BYTES as MEMO_BYTES
 from mountd.cache.memo import Memo
@@ -306,17 +305,13 @@ class Tree:
 
 
 async def _version(ds: Dataset) -> Hashable | None:
-    """What ``ds``'s bytes derive from, its stored chunks' version with the
-    description they are decoded by, as a 128-bit digest (a version may list
-    thousands of chunks; ``DataEpochs`` keeps one per dataset); None when the
-    store cannot tell."""
+    """What ``ds``'s bytes derive from, its stored chunks' validators with its
+    shape and what they are decoded by, as a 128-bit digest (a version may
+    list thousands of chunks; ``DataEpochs`` keeps one per dataset); None
+    when the store cannot tell."""
     stored = await ds.store.version()
     if stored is None:
         return None
-    # What decoding depends on, not how storage spelt it: an object's own JSON
-    # and HSDS's domain summary may order or annotate the same dataset differently.
-    filters = json.dumps(ds.hdf5.get("filters"), sort_keys=True, default=repr)
-    described = (ds.shape, ds.chunks, repr(ds.type.sidecar), repr(ds.fill_value), filters,
-                 stored)
+    described = (ds.shape, decoding(ds), sorted(stored.items()))
     return hashlib.blake2b(repr(described).encode("utf-8", "surrogateescape"),
                            digest_size=16).digest()

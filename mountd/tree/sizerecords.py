@@ -13,6 +13,15 @@ attributes or h5mount's view makes another digest, and the size is counted
 again (and kept under the new one). Views that read other objects (anndata,
 LEGEND) are not kept: their inputs are more than one dataset's version.
 
+A view file made of blocks of its dataset's rows (a table's CSV, a
+column's lines) also has the counts of its blocks kept, as one record
+(``load_blocks``, ``save_blocks``), validated without the data's version:
+by the view, ``FORMAT``, the attributes and what the chunks are decoded by
+(``mountd.cache.dataepochs.decoding``). Each block's count carries the
+digest of its chunks' validators, which ``mountd.tree.blockcounts``
+checks block by block, so a changed or appended chunk costs a count of
+its blocks only.
+
 Stateless besides its disk cache, whose calls are safe from any task and
 never raise but ``Cancelled``.
 """
@@ -25,6 +34,7 @@ import sys
 import numpy as np
 
 from layouts.model import Dataset
+from mountd.cache.dataepochs import decoding
 from mountd.io.diskcache import DiskCache
 
 #: Raise when the bytes a view makes of the same data change (a format fix):
@@ -33,6 +43,12 @@ FORMAT = 1
 _SIZE_BYTES = 8
 #: Ends the name of every size kept (NUL: in no store key, so no block's name).
 SUFFIX = "\0view size\0"
+#: Ends the name of every record of block counts.
+BLOCKS_SUFFIX = "\0view blocks\0"
+#: One block's count on disk: its first and last rows, digest and count.
+BLOCK_RECORD = np.dtype([("start", "<i8"), ("stop", "<i8"), ("digest", "V16"), ("count", "<i8")])
+#: The counts of a file's blocks by their rows: each block's digest and count.
+Blocks = dict[tuple[int, int], tuple[bytes, int]]
 
 
 def _attributes(ds: Dataset) -> bytes:
@@ -58,11 +74,13 @@ class SizeRecords:
     @staticmethod
     def validator(view: str, ds: Dataset, version: bytes) -> str:
         """The digest a size of ``view`` over ``ds`` at ``version`` is kept under."""
-        digest = hashlib.blake2b(digest_size=16)
-        for part in (repr((FORMAT, view)).encode(), version, _attributes(ds)):
-            digest.update(len(part).to_bytes(8, "little"))
-            digest.update(part)
-        return digest.hexdigest()
+        return _digest(repr((FORMAT, view)).encode(), version, _attributes(ds))
+
+    @staticmethod
+    def blocks_validator(view: str, ds: Dataset) -> str:
+        """The digest the block counts of ``view`` over ``ds`` are kept under."""
+        return _digest(repr((FORMAT, view, "blocks")).encode(),
+                       decoding(ds).encode("utf-8", "surrogateescape"), _attributes(ds))
 
     async def load(self, name: str, validator: str) -> int | None:
         """The size kept as ``name`` under ``validator`` by this or an earlier mount."""
@@ -75,3 +93,28 @@ class SizeRecords:
         """Keep ``size`` as ``name`` under ``validator``."""
         await self._disk.put(self._source, name + SUFFIX, validator, 0,
                              size.to_bytes(_SIZE_BYTES, "little"))
+
+    async def load_blocks(self, name: str, validator: str) -> Blocks:
+        """The block counts kept as ``name`` under ``validator`` (none if none)."""
+        data = await self._disk.get(self._source, name + BLOCKS_SUFFIX, validator, 0)
+        if data is None or len(data) % BLOCK_RECORD.itemsize:
+            return {}
+        records = np.frombuffer(data, dtype=BLOCK_RECORD)
+        return {(int(r["start"]), int(r["stop"])): (bytes(r["digest"]), int(r["count"]))
+                for r in records}
+
+    async def save_blocks(self, name: str, validator: str, blocks: Blocks) -> None:
+        """Keep ``blocks`` as ``name`` under ``validator``."""
+        records = np.array([(start, stop, digest, count)
+                            for (start, stop), (digest, count) in blocks.items()],
+                           dtype=BLOCK_RECORD)
+        await self._disk.put(self._source, name + BLOCKS_SUFFIX, validator, 0,
+                             records.tobytes())
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()

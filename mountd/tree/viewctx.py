@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from layouts.model import AnyObject, ChunkIndex, Dataset, ObjectRef
-from layouts.views import Lease, Readahead, View
+from layouts.views import BlockCounts, Lease, Readahead, View
 from mountd.cache.chunkahead import chunk_unit
 from mountd.errors import MountError, StorageError, report_unexpected
 from mountd.tree.paths import ObjPath, root_path
@@ -47,7 +47,7 @@ MIXED: Hashable = object()
 class ObjectContext:
     """A view's context for the object at ``op``."""
 
-    __slots__ = ("_obj", "_tree", "op", "read", "seen")
+    __slots__ = ("_obj", "_tree", "block_counts", "op", "read", "seen")
 
     def __init__(self, tree: Tree, op: ObjPath, obj: AnyObject) -> None:
         self._tree = tree
@@ -58,6 +58,9 @@ class ObjectContext:
         #: Each dataset whose chunks were read, by id, with the data epoch they
         #: were read in (``MIXED`` if reads spanned more than one).
         self.read: dict[str, tuple[Dataset, Hashable]] = {}
+        #: Where a view file's block counts are kept while it is sized
+        #: (``mountd.tree.viewsizes`` sets it; ``mountd.tree.blockcounts``).
+        self.block_counts: BlockCounts | None = None
 
     @property
     def obj(self) -> AnyObject:

@@ -13,7 +13,9 @@ rewritten in storage, its description unchanged, is counted again once
 With ``-o cache_dir``, the size of a view that read nothing but its own
 dataset is also kept on disk (``mountd.tree.sizerecords``), and a later
 mount that finds the dataset unchanged takes it from there instead of
-counting.
+counting; a file made of blocks of its rows also has its blocks' counts
+kept (``mountd.tree.blockcounts``), so a changed dataset costs a count of
+the blocks whose chunks changed.
 
 Concurrency: one size computation per entry runs at a time: ``ViewSizes``
 keeps an event per entry being sized, registered with no ``await`` between
@@ -32,6 +34,7 @@ import trio
 from layouts.model import AnyObject, Dataset, Domain
 from layouts.views import ViewFile
 from mountd.cache.memo import Memo
+from mountd.tree.blockcounts import BlockBook
 from mountd.tree.paths import ObjPath
 from mountd.tree.sizerecords import SizeRecords
 from mountd.tree.viewctx import ObjectContext
@@ -116,14 +119,32 @@ class ViewSizes:
                 if on_disk is not None:
                     size = await self._recorded(ctx, *on_disk)
                 if size is None:
-                    size = await file.size(ctx)
-                    if on_disk is not None and self._own_data(ctx):
-                        assert self._records is not None
-                        await self._records.save(*on_disk, size)
+                    size = await self._count(ctx, file, record, on_disk)
                 self._keep(key, ctx, size)
         finally:
             del self._sizing[key]
             done.set()
+        return size
+
+    async def _count(self, ctx: ObjectContext, file: ViewFile, record: tuple[str, str] | None,
+                     on_disk: tuple[str, str] | None) -> int:
+        """Size ``file`` now, and keep the size on disk (with the counts of its
+        blocks, ``mountd.tree.blockcounts``) where it rests on its own data."""
+        book = None
+        if self._records is not None and record is not None and isinstance(ctx.obj, Dataset):
+            name, view = record
+            book = BlockBook(self._records, ctx, name,
+                             self._records.blocks_validator(view, ctx.obj))
+        ctx.block_counts = book
+        try:
+            size = await file.size(ctx)
+        finally:
+            ctx.block_counts = None
+        if self._records is not None and self._own_data(ctx):
+            if book is not None:
+                await book.save()
+            if on_disk is not None:
+                await self._records.save(*on_disk, size)
         return size
 
     def _keep(self, key: Hashable, ctx: ObjectContext, size: int) -> None:

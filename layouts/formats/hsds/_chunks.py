@@ -58,7 +58,7 @@ from __future__ import annotations
 import logging
 import math
 import struct
-from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -521,15 +521,16 @@ class HsdsChunkStore:
             async for index in self._iter_dir(prefix, int(number)):
                 yield index
 
-    async def version(self) -> Hashable | None:
-        """The stored chunks with their validators (name, etag, time), from one
-        listing of the chunk directory with infos (a local scan with ``stat``;
-        on S3, ListObjectsV2 pages, which also revalidate the block cache's
-        copies); None for a v1 layout, past ``MAX_VERSIONED_CHUNKS``, or when
-        the domain's current listing, which ``read`` trusts for chunks not
-        stored, shows other chunks (it is older: this period cannot vouch)."""
+    async def version(self) -> Mapping[ChunkIndex, Hashable] | None:
+        """Each stored chunk's validator (etag, time), from one listing of the
+        chunk directory with infos (a local scan with ``stat``; on S3,
+        ListObjectsV2 pages, which also revalidate the block cache's copies);
+        None for a v1 layout, past ``MAX_VERSIONED_CHUNKS``, or when the
+        domain's current listing, which ``read`` trusts for chunks not stored,
+        shows other chunks (it is older: this period cannot vouch). Keys that
+        name no chunk of the grid are left out, as ``read`` leaves them."""
         if self._grid is None:
-            return ()
+            return {}
         if not self._dset.is_v2:
             return None
         names = self._listed_chunks()
@@ -547,8 +548,12 @@ class HsdsChunkStore:
         names = self._listed_chunks()
         if names is not None and set(names) != {key[len(base):] for key, _ in found}:
             return None
-        return tuple(sorted((key, None, None) if info is None else (key, info.etag, info.mtime)
-                            for key, info in found))
+        validators: dict[ChunkIndex, Hashable] = {}
+        for key, info in found:
+            index = self._index_of(key[len(base):])
+            if index is not None:
+                validators[index] = None if info is None else (info.etag, info.mtime)
+        return validators
 
     def listing_ready(self) -> bool:
         """True for a dataset with no chunks, or whose domain's listing is current."""
@@ -560,25 +565,32 @@ class HsdsChunkStore:
 
     def _indexed(self, names: list[str]) -> Iterator[ChunkIndex]:
         """The chunks among the names a domain listing found under the chunk
-        directory, by the same rules as listing it (``_iter_dir``)."""
-        rank = len(self._grid or ())
+        directory."""
         for listed in names:
-            partition: int | None = None
-            name = listed
-            if self._partitions:
-                head, sep, name = listed.partition("/")
-                number = head[1:]
-                if not sep or head[:1] != "p" or not number.isdigit() or \
-                        int(number) >= self._partitions:
-                    continue
-                partition = int(number)
-            elif "/" in name:
-                continue
-            index = _ids.parse_chunk_name(name, rank)
-            if index is None or not self._in_grid(index):
-                continue
-            if partition is None or _ids.partition_of(index, self._partitions) == partition:
+            index = self._index_of(listed)
+            if index is not None:
                 yield index
+
+    def _index_of(self, listed: str) -> ChunkIndex | None:
+        """The chunk a name under the chunk directory stands for, by the same
+        rules as listing it (``_iter_dir``); None if it names none."""
+        partition: int | None = None
+        name = listed
+        if self._partitions:
+            head, sep, name = listed.partition("/")
+            number = head[1:]
+            if not sep or head[:1] != "p" or not number.isdigit() or \
+                    int(number) >= self._partitions:
+                return None
+            partition = int(number)
+        elif "/" in name:
+            return None
+        index = _ids.parse_chunk_name(name, len(self._grid or ()))
+        if index is None or not self._in_grid(index):
+            return None
+        if partition is not None and _ids.partition_of(index, self._partitions) != partition:
+            return None
+        return index
 
     async def _keys(self, prefix: str) -> AsyncIterator[str]:
         """The keys (not sub-prefixes) directly under ``prefix``, page by page."""

@@ -188,12 +188,9 @@ class Vectors:
         per_row = max(1, self.size // max(1, self.rows))
         return max(1, min(MAX_BLOCK_ROWS, BLOCK_VALUES // per_row))
 
-    async def rows_between(self, ctx: ViewContext, start: int, stop: int) -> list[Any]:
-        """Rows ``[start, stop)``, each a sequence of values (enum names, bools,
-        nested rows) ``layouts.views._columns.json_text`` writes as a JSON array."""
-        stop = min(stop, self.rows)
-        if start >= stop:
-            return []
+    async def _spans(self, ctx: ViewContext, start: int, stop: int) -> np.ndarray:
+        """Where rows ``[start, stop)`` (clipped, not empty) start and end among
+        the values: ``stop - start + 1`` ascending bounds, checked."""
         first = max(0, start - 1)
         ends = (await read_rows(ctx, self.lengths, first, stop)).astype(np.int64, copy=False)
         begin = 0
@@ -205,13 +202,49 @@ class Vectors:
         if begin < 0 or end > self.size or np.any(np.diff(ends, prepend=begin) < 0):
             raise ctx.error(f"cumulative lengths of rows {start}:{stop} go down or past "
                             f"the {self.size} values")
+        return np.concatenate([[begin], ends])
+
+    async def rows_between(self, ctx: ViewContext, start: int, stop: int) -> list[Any]:
+        """Rows ``[start, stop)``, each a sequence of values (enum names, bools,
+        nested rows) ``layouts.views._columns.json_text`` writes as a JSON array."""
+        stop = min(stop, self.rows)
+        if start >= stop:
+            return []
+        bounds = await self._spans(ctx, start, stop)
+        begin, end = int(bounds[0]), int(bounds[-1])
         if isinstance(self.values, Vectors):
             values: np.ndarray | list[Any] = await self.values.rows_between(ctx, begin, end)
         else:
             raw = await read_rows(ctx, self.values, begin, end)
             values = _prepared(raw, mapper(self.element))
-        bounds = [begin, *ends.tolist()]
-        return [values[a - begin:b - begin] for a, b in itertools.pairwise(bounds)]
+        return [values[a - begin:b - begin] for a, b in itertools.pairwise(bounds.tolist())]
+
+    @property
+    def of_numbers(self) -> bool:
+        """True if each row is an array of numbers or bools (``numbers_between``)."""
+        values = self.values
+        if isinstance(values, Vectors) or len(values.shape or ()) != 1:
+            return False
+        dtype = values.type.dtype
+        if dtype.kind not in "biu" and not (dtype.kind == "f" and dtype.itemsize in {4, 8}):
+            return False
+        convert = mapper(self.element)
+        return convert is None or convert is bool
+
+    async def numbers_between(self, ctx: ViewContext, start: int, stop: int
+                              ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``[start, stop)`` of a vector ``of_numbers``: their values as one
+        array (bools as bools) and their bounds in it
+        (``layouts.views._columns.RowNumbers``)."""
+        stop = min(stop, self.rows)
+        if start >= stop:
+            return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        bounds = await self._spans(ctx, start, stop)
+        assert isinstance(self.values, Dataset)
+        values = await read_rows(ctx, self.values, int(bounds[0]), int(bounds[-1]))
+        if mapper(self.element) is bool:
+            values = values.astype(bool)
+        return values, bounds - bounds[0]
 
 
 def _lengths_dataset(obj: AnyObject | None) -> Dataset | None:

@@ -36,7 +36,7 @@ from typing import Any
 from layouts.errors import LayoutError
 from layouts.model import AnyObject, Dataset, Group
 from layouts.views._api import View, ViewContext, ViewFile
-from layouts.views._columns import BuiltFileView, csv_file, jsonl_file
+from layouts.views._columns import BuiltFileView, csv_file, jsonl_file, number_rows_file
 from layouts.views.legend._columns import (
     find_vectors,
     legend_attrs,
@@ -184,4 +184,7 @@ class LegendJsonlView(BuiltFileView):
         vectors = None if t is None else await find_vectors(ctx, "", ctx.obj, t)
         if vectors is None:
             raise ctx.error("no longer a LEGEND vector of vectors")
+        if vectors.of_numbers:
+            return number_rows_file(vectors.rows, vectors.numbers_between,
+                                    block_rows=vectors.block_rows())
         return jsonl_file(vectors.rows, vectors.rows_between, block_rows=vectors.block_rows())
