@@ -325,7 +325,7 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     disk = source.block_cache.disk if source.block_cache is not None else None
     tree = make_tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
                      h5views=H5Views.for_mount(config), memo_bytes=config.meta_cache,
-                     size_records=None if disk is None else SizeRecords(disk, config.source))
+                     size_records=SizeRecords(disk, config.source))
     started, started_monotonic = time.time(), time.monotonic()
 
     def reporter(ops: Operations) -> stats.Reporter:

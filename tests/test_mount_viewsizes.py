@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -21,7 +23,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.mounting import fuse_available, mounted
+from tests.faultproxy import FaultProxy
+from tests.moto_server import MotoServer
+from tests.mounting import daemon_pids, fuse_available, mounted
 from tests.rawdomain import write_one_dataset
 from tests.test_control import stats
 
@@ -137,6 +141,52 @@ def test_an_unchanged_table_keeps_its_size_across_periods(tmp_path: Path) -> Non
         chunks = stats(mp)["caches"]["chunks"]
         assert chunks["misses"] == decoded
         assert chunks["versions"] >= 2
+
+
+def test_new_instances_of_an_unchanged_table_keep_its_size(tmp_path: Path) -> None:
+    """After a ``SIGHUP`` every object is read again: the table is a new
+    instance. Its CSV's size is taken from the record of its version, not
+    counted again (sizes kept with the instance alone were counted again
+    whenever storage was not listed in time to prove the old one current;
+    on a 10 GB table, a count longer than ``metadata_ttl``, at every ``stat``)."""
+    shape, chunk = 90_000, 30_000
+    table = write_bucket(tmp_path / "bucket", shape, chunk)
+    with mounted(tmp_path / "bucket", tmp_path / "mnt", "-o", "chunk_cache=1M") as mp:
+        size = (mp / CSV).stat().st_size
+        assert size == len(pandas_csv(table, shape, chunk))
+        decoded = stats(mp)["caches"]["chunks"]["misses"]
+        before = stats(mp)["caches"]["chunks"]["versions"]
+        (pid,) = daemon_pids(mp)
+        os.kill(pid, signal.SIGHUP)
+        time.sleep(0.5)
+        assert (mp / CSV).stat().st_size == size
+        chunks = stats(mp)["caches"]["chunks"]
+        assert chunks["versions"] > before  # the table's version learnt again
+        assert chunks["misses"] == decoded
+
+
+@pytest.mark.server
+def test_a_count_longer_than_metadata_ttl_is_kept(moto: MotoServer, tmp_path: Path) -> None:
+    """On slow storage (S3 on loopback, every request for the table's keys held
+    back 1 s by a proxy) the CSV's count outlasts ``metadata_ttl``. It is
+    kept all the same, under the table's version: the next ``stat`` decodes
+    no chunk (it was thrown away and made again at every ``stat``: a 10 GB
+    table over a 60 s ``metadata_ttl`` never got a size it kept)."""
+    shape, chunk = 90_000, 30_000
+    table = write_bucket(tmp_path / "bucket", shape, chunk)
+    moto.create_bucket("viewsizes-slow")
+    moto.upload_dir(tmp_path / "bucket", "viewsizes-slow")
+    with FaultProxy(moto.endpoint) as proxy:
+        proxy.latency(1.0, method="GET", path=f"/d/{DSET[20:]}/")
+        with mounted("s3://viewsizes-slow", tmp_path / "mnt", "--endpoint-url", proxy.endpoint,
+                     "-o", f"metadata_ttl={TTL},chunk_cache=1M", env=moto.env()) as mp:
+            started = time.monotonic()
+            size = (mp / CSV).stat().st_size
+            assert time.monotonic() - started > 2 * TTL
+            assert size == len(pandas_csv(table, shape, chunk))
+            decoded = stats(mp)["caches"]["chunks"]["misses"]
+            assert (mp / CSV).stat().st_size == size
+            assert stats(mp)["caches"]["chunks"]["misses"] == decoded
 
 
 def test_a_remount_with_cache_dir_takes_the_size_kept_on_disk(tmp_path: Path) -> None:

@@ -189,8 +189,8 @@ class ViewContext(Protocol):
     @property
     def block_counts(self) -> BlockCounts | None:
         """While a file of the view is being sized, where the counts of its
-        blocks are kept between counts (the mount keeps them in ``cache_dir``);
-        None when they are not."""
+        blocks are kept between counts (the mount keeps them in memory and in
+        ``cache_dir``); None when they are not."""
         ...
 
     def error(self, reason: str) -> Exception:

@@ -1,18 +1,18 @@
-"""The block counts of one view file being sized, kept block by block in ``cache_dir``.
+"""The block counts of one view file being sized, recorded block by block.
 
 Owns ``BlockBook``, the tree's ``layouts.views.BlockCounts``: what a view
 file made of blocks of its dataset's rows (a table's CSV, a column's lines;
-``layouts.views._csvblock.RowPlan``) is given while ``ViewSizes`` sizes it
-with ``cache_dir`` set. Before the first block, the book learns the
-dataset's stored chunks with their validators (``ChunkStore.version``, one
-listing) and reads the counts an earlier count kept
-(``SizeRecords.load_blocks``). A block's count is taken from there when the
-digest of the validators of the chunks its rows lie in (a chunk not stored
-counts as such) is the one kept with it; else the view counts the block
-and gives the count to the book. When the file is sized, ``save`` keeps
-this count's blocks, so the next count (a later period, or a remount, after
-a chunk was rewritten or rows appended) reads and counts only the blocks
-whose chunks changed.
+``layouts.views._csvblock.RowPlan``) is given while ``ViewSizes`` sizes it.
+Before the first block, the book learns the dataset's stored chunks with
+their validators (``ChunkStore.version``, one listing) and reads the counts
+an earlier count kept (``SizeRecords.load_blocks``: in memory, or with
+``cache_dir`` on disk). A block's count is taken from there when the digest
+of the validators of the chunks its rows lie in (a chunk not stored counts
+as such) is the one kept with it; else the view counts the block and gives
+the count to the book. When the file is sized, ``save`` keeps this count's
+blocks, so the next count (a later period, or a remount, after a chunk was
+rewritten or rows appended) reads and counts only the blocks whose chunks
+changed.
 
 Why listing first is safe: a chunk that changes after the listing has
 another validator at the next listing, so a count made of its newer bytes

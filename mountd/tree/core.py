@@ -105,7 +105,7 @@ class Tree:
         self.links = Links(catalog, self.obj)
         self.refs = RefIndex(self.obj, self.epoch)
         self.preload = Preloader(self.obj, self.chunk_cache)
-        self.view_sizes = ViewSizes(self.memo, self, size_records)
+        self.view_sizes = ViewSizes(self.memo, self, size_records or SizeRecords(None, ""))
         self._cached = catalog if isinstance(catalog, CachedCatalog) else None
         #: The ``D.h5`` file views, when the mount shows them (``-o h5view``).
         self.h5views = h5views

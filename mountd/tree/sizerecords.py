@@ -1,17 +1,20 @@
-"""The sizes of view files kept in ``cache_dir``, so a remount need not count them again.
+"""The sizes of view files kept by what they derive from, in memory and in ``cache_dir``.
 
 Owns ``SizeRecords``. A view file's exact size can cost a pass over its
 data (a table's CSV is counted block by block). When that pass read nothing
-but the chunks of the view's own dataset, the size is kept in the mount's
-disk cache (``mountd.io.diskcache``, ``-o cache_dir``) under the source and
-the file's path, validated by a digest of everything its bytes derive from:
+but the chunks of the view's own dataset, the size is kept under the
+file's path, validated by a digest of everything its bytes derive from:
 the dataset's version (``Tree.data_version``: its description and its
 stored chunks with their validators, the same in every mount), its
-attributes, the view and ``FORMAT``. A later mount that learns the same
-version reads the size back with no chunk read; any change to the data, the
-attributes or h5mount's view makes another digest, and the size is counted
-again (and kept under the new one). Views that read other objects (anndata,
-LEGEND) are not kept: their inputs are more than one dataset's version.
+attributes, the view and ``FORMAT``. It is kept in memory (the latest
+record of each file, ``MEMORY_BYTES`` of them at most) and, with
+``-o cache_dir``, in the mount's disk cache (``mountd.io.diskcache``) under
+the source too. A later period whose objects are new instances, or a later
+mount, that learns the same version reads the size back with no chunk
+read; any change to the data, the attributes or h5mount's view makes
+another digest, and the size is counted again (and kept under the new
+one). Views that read other objects (anndata, LEGEND) are not kept: their
+inputs are more than one dataset's version.
 
 A view file made of blocks of its dataset's rows (a table's CSV, a
 column's lines) also has the counts of its blocks kept, as one record
@@ -22,14 +25,15 @@ digest of its chunks' validators, which ``mountd.tree.blockcounts``
 checks block by block, so a changed or appended chunk costs a count of
 its blocks only.
 
-Stateless besides its disk cache, whose calls are safe from any task and
-never raise but ``Cancelled``.
+Concurrency: the memory records change with no ``await`` in between; the
+disk cache's calls are safe from any task. Nothing raises but ``Cancelled``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import sys
+from collections import OrderedDict
 
 import numpy as np
 
@@ -43,6 +47,8 @@ FORMAT = 1
 _SIZE_BYTES = 8
 #: Ends the name of every size kept (NUL: in no store key, so no block's name).
 SUFFIX = "\0view size\0"
+#: Bytes of records kept in memory (a 10 GiB table's block counts take 1.6 MB).
+MEMORY_BYTES = 16 << 20
 #: Ends the name of every record of block counts.
 BLOCKS_SUFFIX = "\0view blocks\0"
 #: One block's count on disk: its first and last rows, digest and count.
@@ -65,11 +71,17 @@ def _attributes(ds: Dataset) -> bytes:
 
 
 class SizeRecords:
-    """View file sizes of one source, kept in its disk cache."""
+    """View file sizes of one source, kept in memory and, with ``cache_dir``,
+    in its disk cache."""
 
-    def __init__(self, disk: DiskCache, source: str) -> None:
+    def __init__(self, disk: DiskCache | None, source: str,
+                 memory_bytes: int = MEMORY_BYTES) -> None:
         self._disk = disk
         self._source = source
+        self._memory_bytes = memory_bytes
+        self._used = 0
+        #: The latest record of each name: its validator and bytes, least recently used first.
+        self._memory: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
 
     @staticmethod
     def validator(view: str, ds: Dataset, version: bytes) -> str:
@@ -84,19 +96,18 @@ class SizeRecords:
 
     async def load(self, name: str, validator: str) -> int | None:
         """The size kept as ``name`` under ``validator`` by this or an earlier mount."""
-        data = await self._disk.get(self._source, name + SUFFIX, validator, 0)
+        data = await self._get(name + SUFFIX, validator)
         if data is None or len(data) != _SIZE_BYTES:
             return None
         return int.from_bytes(data, "little")
 
     async def save(self, name: str, validator: str, size: int) -> None:
         """Keep ``size`` as ``name`` under ``validator``."""
-        await self._disk.put(self._source, name + SUFFIX, validator, 0,
-                             size.to_bytes(_SIZE_BYTES, "little"))
+        await self._put(name + SUFFIX, validator, size.to_bytes(_SIZE_BYTES, "little"))
 
     async def load_blocks(self, name: str, validator: str) -> Blocks:
         """The block counts kept as ``name`` under ``validator`` (none if none)."""
-        data = await self._disk.get(self._source, name + BLOCKS_SUFFIX, validator, 0)
+        data = await self._get(name + BLOCKS_SUFFIX, validator)
         if data is None or len(data) % BLOCK_RECORD.itemsize:
             return {}
         records = np.frombuffer(data, dtype=BLOCK_RECORD)
@@ -108,8 +119,38 @@ class SizeRecords:
         records = np.array([(start, stop, digest, count)
                             for (start, stop), (digest, count) in blocks.items()],
                            dtype=BLOCK_RECORD)
-        await self._disk.put(self._source, name + BLOCKS_SUFFIX, validator, 0,
-                             records.tobytes())
+        await self._put(name + BLOCKS_SUFFIX, validator, records.tobytes())
+
+    async def _get(self, key: str, validator: str) -> bytes | None:
+        kept = self._memory.get(key)
+        if kept is not None and kept[0] == validator:
+            self._memory.move_to_end(key)
+            return kept[1]
+        if self._disk is None:
+            return None
+        data = await self._disk.get(self._source, key, validator, 0)
+        if data is not None:
+            self._remember(key, validator, bytes(data))
+        return None if data is None else bytes(data)
+
+    async def _put(self, key: str, validator: str, data: bytes) -> None:
+        self._remember(key, validator, data)
+        if self._disk is not None:
+            await self._disk.put(self._source, key, validator, 0, data)
+
+    def _remember(self, key: str, validator: str, data: bytes) -> None:
+        """Keep a record in memory (replacing the name's last), within budget."""
+        old = self._memory.pop(key, None)
+        if old is not None:
+            self._used -= len(key) + len(old[1])
+        cost = len(key) + len(data)
+        if cost > self._memory_bytes:
+            return
+        self._memory[key] = (validator, data)
+        self._used += cost
+        while self._used > self._memory_bytes:
+            gone, (_, dropped) = self._memory.popitem(last=False)
+            self._used -= len(gone) + len(dropped)
 
 
 def _digest(*parts: bytes) -> str:

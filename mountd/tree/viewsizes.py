@@ -10,12 +10,14 @@ of those datasets is in the same data epoch: a table whose chunks are
 rewritten in storage, its description unchanged, is counted again once
 ``metadata_ttl`` has run out, so its size and its bytes never disagree.
 
-With ``-o cache_dir``, the size of a view that read nothing but its own
-dataset is also kept on disk (``mountd.tree.sizerecords``), and a later
-mount that finds the dataset unchanged takes it from there instead of
-counting; a file made of blocks of its rows also has its blocks' counts
-kept (``mountd.tree.blockcounts``), so a changed dataset costs a count of
-the blocks whose chunks changed.
+The size of a view that read nothing but its own dataset is also recorded
+under the dataset's version (``mountd.tree.sizerecords``: in memory, and
+with ``-o cache_dir`` on disk), so a later period that serves new
+instances of unchanged objects, or a later mount, takes it from there
+instead of counting (a count that outlasts ``metadata_ttl`` is not thrown
+away); a file made of blocks of its rows also has its blocks' counts
+recorded (``mountd.tree.blockcounts``), so a changed dataset costs a count
+of the blocks whose chunks changed.
 
 Concurrency: one size computation per entry runs at a time: ``ViewSizes``
 keeps an event per entry being sized, registered with no ``await`` between
@@ -37,7 +39,7 @@ from mountd.cache.memo import Memo
 from mountd.tree.blockcounts import BlockBook
 from mountd.tree.paths import ObjPath
 from mountd.tree.sizerecords import SizeRecords
-from mountd.tree.viewctx import ObjectContext
+from mountd.tree.viewctx import MIXED, ObjectContext
 
 #: Rough bytes one object or dataset a kept size depends on costs in the memo.
 _SEEN_BYTES = 64
@@ -68,8 +70,7 @@ class _Kept:
 class ViewSizes:
     """The sizes of view files, computed once and kept while current."""
 
-    def __init__(self, memo: Memo, fresh: Freshness, records: SizeRecords | None = None
-                 ) -> None:
+    def __init__(self, memo: Memo, fresh: Freshness, records: SizeRecords) -> None:
         self._memo = memo
         self._fresh = fresh
         self._records = records
@@ -108,18 +109,19 @@ class ViewSizes:
     async def size(self, key: Hashable, ctx: ObjectContext, file: ViewFile,
                    record: tuple[str, str] | None = None) -> int:
         """The exact size of ``file``: kept, or computed now and kept. ``record``
-        names it on disk, with the view it is a file of (see the module docstring)."""
+        names it among the records, with the view it is a file of (see the module
+        docstring)."""
         while (pending := self._sizing.get(key)) is not None:
             await pending.wait()
         done = self._sizing[key] = trio.Event()
         try:
             size = await self._current(key, ctx)
             if size is None:
-                on_disk = await self._on_disk(ctx, record)
-                if on_disk is not None:
-                    size = await self._recorded(ctx, *on_disk)
+                recorded = await self._record_key(ctx, record)
+                if recorded is not None:
+                    size = await self._recorded(ctx, *recorded)
                 if size is None:
-                    size = await self._count(ctx, file, record, on_disk)
+                    size = await self._count(ctx, file, record, recorded)
                 self._keep(key, ctx, size)
         finally:
             del self._sizing[key]
@@ -127,11 +129,11 @@ class ViewSizes:
         return size
 
     async def _count(self, ctx: ObjectContext, file: ViewFile, record: tuple[str, str] | None,
-                     on_disk: tuple[str, str] | None) -> int:
-        """Size ``file`` now, and keep the size on disk (with the counts of its
-        blocks, ``mountd.tree.blockcounts``) where it rests on its own data."""
+                     recorded: tuple[str, str] | None) -> int:
+        """Size ``file`` now, and record the size (with the counts of its blocks,
+        ``mountd.tree.blockcounts``) where it rests on its own data."""
         book = None
-        if self._records is not None and record is not None and isinstance(ctx.obj, Dataset):
+        if record is not None and isinstance(ctx.obj, Dataset):
             name, view = record
             book = BlockBook(self._records, ctx, name,
                              self._records.blocks_validator(view, ctx.obj))
@@ -140,11 +142,11 @@ class ViewSizes:
             size = await file.size(ctx)
         finally:
             ctx.block_counts = None
-        if self._records is not None and self._own_data(ctx):
+        if self._own_data(ctx):
             if book is not None:
                 await book.save()
-            if on_disk is not None:
-                await self._records.save(*on_disk, size)
+            if recorded is not None:
+                await self._records.save(*recorded, size)
         return size
 
     def _keep(self, key: Hashable, ctx: ObjectContext, size: int) -> None:
@@ -154,23 +156,26 @@ class ViewSizes:
 
     @staticmethod
     def _own_data(ctx: ObjectContext) -> bool:
-        """True if the view read its own dataset's chunks and nothing else."""
-        return not ctx.seen and list(ctx.read) == [ctx.obj.id]
+        """True if the view read its own dataset's chunks and nothing else, all
+        in one data epoch (a count that outlived a change to storage is not
+        recorded under the version it started from)."""
+        return not ctx.seen and list(ctx.read) == [ctx.obj.id] and \
+            ctx.read[ctx.obj.id][1] is not MIXED
 
-    async def _on_disk(self, ctx: ObjectContext, record: tuple[str, str] | None
-                       ) -> tuple[str, str] | None:
+    async def _record_key(self, ctx: ObjectContext, record: tuple[str, str] | None
+                          ) -> tuple[str, str] | None:
         """The name and validator a size of ``record``'s view over the context's
-        dataset is kept under on disk now; None when no size is kept for it."""
+        dataset is recorded under now; None when no size is recorded for it."""
         obj = ctx.obj
-        if self._records is None or record is None or not isinstance(obj, Dataset):
+        if record is None or not isinstance(obj, Dataset):
             return None
         name, view = record
         version = await self._fresh.data_version(ctx.op, obj)
         return None if version is None else (name, self._records.validator(view, obj, version))
 
     async def _recorded(self, ctx: ObjectContext, name: str, validator: str) -> int | None:
-        """The size kept on disk, noted as read from the dataset's data epoch now."""
-        assert self._records is not None and isinstance(ctx.obj, Dataset)
+        """The size recorded, noted as read from the dataset's data epoch now."""
+        assert isinstance(ctx.obj, Dataset)
         size = await self._records.load(name, validator)
         if size is not None:
             await ctx.note_read(ctx.obj)
