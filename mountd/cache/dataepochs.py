@@ -31,15 +31,16 @@ first (a forgotten one starts a new data epoch: its caches go cold once).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 import trio
 
-from layouts.model import Dataset
+from layouts.model import ChunkIndex, Dataset
 from mountd.errors import MountError
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,16 @@ def decoding(ds: Dataset) -> str:
     or annotate the same dataset differently)."""
     filters = json.dumps(ds.hdf5.get("filters"), sort_keys=True, default=repr)
     return repr((ds.chunks, repr(ds.type.sidecar), repr(ds.fill_value), filters))
+
+
+def version_digest(ds: Dataset, stored: Mapping[ChunkIndex, Hashable]) -> bytes:
+    """What ``ds``'s bytes derive from, its stored chunks' validators
+    (``ChunkStore.version``) with its shape and ``decoding``, as a 128-bit
+    digest (a version may list thousands of chunks; ``DataEpochs`` keeps one
+    per dataset)."""
+    described = (ds.shape, decoding(ds), sorted(stored.items()))
+    return hashlib.blake2b(repr(described).encode("utf-8", "surrogateescape"),
+                           digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)

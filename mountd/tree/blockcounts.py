@@ -14,11 +14,15 @@ blocks, so the next count (a later period, or a remount, after a chunk was
 rewritten or rows appended) reads and counts only the blocks whose chunks
 changed.
 
-Why listing first is safe: a chunk that changes after the listing has
-another validator at the next listing, so a count made of its newer bytes
-is never taken for the validator it is kept under. A chunk whose validator
-the listing does not give (a store that shows only that it is stored)
-never vouches for a kept count.
+Why this is safe: the book's listing must show the dataset's version in
+its current data epoch (``Tree.data_version``), the version the chunks
+this count reads (from storage, or from the chunk cache of that epoch)
+belong to; if storage changed since the epoch began, nothing is taken or
+kept. A chunk that changes after the listing has another validator at
+the next listing, so a count made of its newer bytes is never taken for
+the validator it is kept under. A chunk whose validator the listing does
+not give (a store that shows only that it is stored) never vouches for a
+kept count.
 
 Concurrency: a book serves one size computation, which ``ViewSizes`` runs
 once at a time per file; its state changes with no ``await`` in between.
@@ -31,6 +35,7 @@ import itertools
 from collections.abc import Hashable, Mapping
 
 from layouts.model import ChunkIndex, Dataset
+from mountd.cache.dataepochs import version_digest
 from mountd.tree.sizerecords import Blocks, SizeRecords
 from mountd.tree.viewctx import ObjectContext
 
@@ -40,9 +45,11 @@ class BlockBook:
     kept as ``name`` under ``validator`` (``SizeRecords.blocks_validator``)."""
 
     def __init__(self, records: SizeRecords, ctx: ObjectContext, name: str,
-                 validator: str) -> None:
+                 validator: str, version: bytes) -> None:
         self._records = records
         self._ctx = ctx
+        #: The dataset's version in this data epoch (``Tree.data_version``).
+        self._version = version
         self._name = name
         self._validator = validator
         self._loaded = False
@@ -59,8 +66,10 @@ class BlockBook:
             return None
         if not self._loaded:
             self._loaded = True
-            self._chunks = await ds.store.version()
-            self._kept = await self._records.load_blocks(self._name, self._validator)
+            chunks = await ds.store.version()
+            if chunks is not None and version_digest(ds, chunks) == self._version:
+                self._chunks = chunks
+                self._kept = await self._records.load_blocks(self._name, self._validator)
         digest = self._digest(ds, start, stop)
         if digest is None:
             return None

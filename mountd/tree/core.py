@@ -28,7 +28,6 @@ work).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -41,7 +40,7 @@ from layouts.views import FileView, View
 from mountd.cache import cachefit, chunkbatch
 from mountd.cache.chunkahead import GridReadahead, chunk_unit
 from mountd.cache.chunkcache import ChunkCache
-from mountd.cache.dataepochs import DataEpochs, decoding
+from mountd.cache.dataepochs import DataEpochs, version_digest
 from mountd.cache.held import ROW_BANDS_BYTES, HeldMemory
 from mountd.cache.memo import MAX_BYTES as MEMO_BYTES
 from mountd.cache.memo import Memo
@@ -305,13 +304,6 @@ class Tree:
 
 
 async def _version(ds: Dataset) -> Hashable | None:
-    """What ``ds``'s bytes derive from, its stored chunks' validators with its
-    shape and what they are decoded by, as a 128-bit digest (a version may
-    list thousands of chunks; ``DataEpochs`` keeps one per dataset); None
-    when the store cannot tell."""
+    """``version_digest`` of ``ds`` now; None when its store cannot tell."""
     stored = await ds.store.version()
-    if stored is None:
-        return None
-    described = (ds.shape, decoding(ds), sorted(stored.items()))
-    return hashlib.blake2b(repr(described).encode("utf-8", "surrogateescape"),
-                           digest_size=16).digest()
+    return None if stored is None else version_digest(ds, stored)

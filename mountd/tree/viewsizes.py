@@ -133,10 +133,12 @@ class ViewSizes:
         """Size ``file`` now, and record the size (with the counts of its blocks,
         ``mountd.tree.blockcounts``) where it rests on its own data."""
         book = None
-        if record is not None and isinstance(ctx.obj, Dataset):
+        version = None if record is None or not isinstance(ctx.obj, Dataset) else \
+            await self._fresh.data_version(ctx.op, ctx.obj)
+        if record is not None and version is not None and isinstance(ctx.obj, Dataset):
             name, view = record
             book = BlockBook(self._records, ctx, name,
-                             self._records.blocks_validator(view, ctx.obj))
+                             self._records.blocks_validator(view, ctx.obj), version)
         ctx.block_counts = book
         try:
             size = await file.size(ctx)
