@@ -57,7 +57,7 @@ from layouts.hdf5 import HType, parsed_type
 from layouts.model import Dataset
 from layouts.views._api import FileView, Reader, ViewContext, ViewFile
 from layouts.views._arrays import read_rows
-from layouts.views._csvblock import BlockedFile, Cells, RowPlan, cells_of_texts
+from layouts.views._csvblock import BlockedFile, Cells, RowPlan, cells_of_texts, serialised
 from layouts.views._csvblock import cells as array_cells
 from layouts.views._stream import StreamedFile, close_stream
 
@@ -660,8 +660,7 @@ class _NumberRows:
     values start and end in it, its bytes by slicing it, so the two agree."""
 
     def __init__(self, values: np.ndarray, bounds: np.ndarray) -> None:
-        native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
-        self.buf = orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY)
+        self.buf = serialised(values)
         commas = np.flatnonzero(np.frombuffer(self.buf, dtype=np.uint8) == ord(","))
         # Where each value's text starts and ends.
         firsts = np.concatenate([[1], commas + 1])

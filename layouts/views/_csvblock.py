@@ -107,7 +107,7 @@ def _bool_cells(values: np.ndarray) -> Cells:
                  texts=lambda: (_BOOL[values.astype(np.intp)], 5))
 
 
-def _serialised(values: np.ndarray) -> bytes:
+def serialised(values: np.ndarray) -> bytes:
     """A flat array as orjson writes it: ``[v0,v1,...]``."""
     native = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
     return orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -131,7 +131,7 @@ def _patched(buf: bytes, rows: int, patches: Sequence[tuple[np.ndarray, bytes]])
 def _float_cells(values: np.ndarray) -> Cells:
     """Cells of floats as orjson writes them, its ``null`` for a non-finite
     value shown as ``nan``, ``inf`` or ``-inf``."""
-    buf = _serialised(values)
+    buf = serialised(values)
     rows = len(values)
     # Everything but the brackets and commas.
     total = len(buf) - 2 - (rows - 1)
@@ -151,7 +151,7 @@ def _float_cells(values: np.ndarray) -> Cells:
 
 
 def _number_cells(values: np.ndarray) -> Cells:
-    buf = _serialised(values)
+    buf = serialised(values)
     return Cells(len(values), len(buf) - 2 - (len(values) - 1), plain=True, empty=False,
                  texts=(buf, 0))
 
