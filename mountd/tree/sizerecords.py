@@ -128,10 +128,12 @@ class SizeRecords:
             return kept[1]
         if self._disk is None:
             return None
-        data = await self._disk.get(self._source, key, validator, 0)
-        if data is not None:
-            self._remember(key, validator, bytes(data))
-        return None if data is None else bytes(data)
+        got = await self._disk.get(self._source, key, validator, 0)
+        if got is None:
+            return None
+        data = bytes(got)
+        self._remember(key, validator, data)
+        return data
 
     async def _put(self, key: str, validator: str, data: bytes) -> None:
         self._remember(key, validator, data)
