@@ -117,11 +117,10 @@ class ViewSizes:
         try:
             size = await self._current(key, ctx)
             if size is None:
-                recorded = await self._record_key(ctx, record)
-                if recorded is not None:
-                    size = await self._recorded(ctx, *recorded)
-                if size is None:
-                    size = await self._count(ctx, file, record, recorded)
+                version = await self._version(ctx, record)
+                if record is not None and version is not None:
+                    size = await self._recorded(ctx, record, version)
+                size = size if size is not None else await self._count(ctx, file, record, version)
                 self._keep(key, ctx, size)
         finally:
             del self._sizing[key]
@@ -129,26 +128,23 @@ class ViewSizes:
         return size
 
     async def _count(self, ctx: ObjectContext, file: ViewFile, record: tuple[str, str] | None,
-                     recorded: tuple[str, str] | None) -> int:
+                     version: bytes | None) -> int:
         """Size ``file`` now, and record the size (with the counts of its blocks,
         ``mountd.tree.blockcounts``) where it rests on its own data."""
-        book = None
-        version = None if record is None or not isinstance(ctx.obj, Dataset) else \
-            await self._fresh.data_version(ctx.op, ctx.obj)
-        if record is not None and version is not None and isinstance(ctx.obj, Dataset):
-            name, view = record
-            book = BlockBook(self._records, ctx, name,
-                             self._records.blocks_validator(view, ctx.obj), version)
+        obj = ctx.obj
+        if record is None or version is None or not isinstance(obj, Dataset):
+            return await file.size(ctx)
+        name, view = record
+        book = BlockBook(self._records, ctx, name, self._records.blocks_validator(view, obj),
+                         version)
         ctx.block_counts = book
         try:
             size = await file.size(ctx)
         finally:
             ctx.block_counts = None
         if self._own_data(ctx):
-            if book is not None:
-                await book.save()
-            if recorded is not None:
-                await self._records.save(*recorded, size)
+            await book.save()
+            await self._records.save(name, self._records.validator(view, obj, version), size)
         return size
 
     def _keep(self, key: Hashable, ctx: ObjectContext, size: int) -> None:
@@ -164,21 +160,20 @@ class ViewSizes:
         return not ctx.seen and list(ctx.read) == [ctx.obj.id] and \
             ctx.read[ctx.obj.id][1] is not MIXED
 
-    async def _record_key(self, ctx: ObjectContext, record: tuple[str, str] | None
-                          ) -> tuple[str, str] | None:
-        """The name and validator a size of ``record``'s view over the context's
-        dataset is recorded under now; None when no size is recorded for it."""
-        obj = ctx.obj
-        if record is None or not isinstance(obj, Dataset):
+    async def _version(self, ctx: ObjectContext, record: tuple[str, str] | None
+                       ) -> bytes | None:
+        """The version of the context's dataset that records of ``record``'s view
+        are kept under now (``Tree.data_version``); None when none are."""
+        if record is None or not isinstance(ctx.obj, Dataset):
             return None
-        name, view = record
-        version = await self._fresh.data_version(ctx.op, obj)
-        return None if version is None else (name, self._records.validator(view, obj, version))
+        return await self._fresh.data_version(ctx.op, ctx.obj)
 
-    async def _recorded(self, ctx: ObjectContext, name: str, validator: str) -> int | None:
+    async def _recorded(self, ctx: ObjectContext, record: tuple[str, str],
+                        version: bytes) -> int | None:
         """The size recorded, noted as read from the dataset's data epoch now."""
         assert isinstance(ctx.obj, Dataset)
-        size = await self._records.load(name, validator)
+        name, view = record
+        size = await self._records.load(name, self._records.validator(view, ctx.obj, version))
         if size is not None:
             await ctx.note_read(ctx.obj)
         return size
