@@ -29,7 +29,7 @@ from layouts.views import _columns as columns
 from layouts.views import _csvblock
 from layouts.views._columns import Column, DatasetColumn, csv_file, lines_file
 from layouts.views._csvblock import block_bytes, block_size, cells, cells_of_texts
-from layouts.views._csvjoin import join
+from layouts.views._csvjoin import join, scan
 from tests.test_columns import UTF8_JSON, Ctx, content, fixed, vlen
 
 NUMBER_DTYPES = ["i1", "u1", "<i2", ">u2", "<i4", ">i4", "<u4", "<i8", ">i8", "<u8", ">u8",
@@ -219,6 +219,27 @@ def test_the_join_fills_exactly_the_size_counted() -> None:
             join([(buffer, 0)], 2, 4, b",", b"\n")
     with pytest.raises(ValueError, match="rows of"):
         join([(names, 10)], len(names) + 1, 100, b",", b"\n")
+
+
+def test_the_scan_of_padded_texts() -> None:
+    """``_csvjoin.scan`` measures NUL-padded texts, tells whether one needs
+    quotes (a special byte anywhere, white space at an edge) or is empty, and
+    refuses bytes that are not ASCII, a NUL inside a text and a bad shape."""
+    def scanned(*values: bytes) -> tuple[int, bool, bool] | None:
+        raw = np.array(values, dtype="S6")
+        return scan(raw, len(raw), 6)
+
+    assert scanned(b"ab", b"cdefgh") == (8, True, False)
+    assert scanned(b"ab", b"") == (2, True, True)
+    for odd in (b"a,b", b'q"', b"x\ny", b"cr\r", b" a", b"a\t", b"\x1fa"):
+        assert scanned(b"ab", odd) == (2 + len(odd), False, False), odd
+    assert scanned(b"a b") == (3, True, False)  # white space inside is plain
+    assert scanned(b"\xc3\xa9") is None
+    assert scanned(b"a\0b") is None
+    with pytest.raises(ValueError, match="width"):
+        scan(b"abc", 2, 2)
+    with pytest.raises(ValueError, match="width"):
+        scan(b"", 0, 0)
 
 
 def test_which_kinds_have_cells() -> None:

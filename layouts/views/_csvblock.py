@@ -41,22 +41,14 @@ import orjson
 
 from layouts.model import Dataset
 from layouts.views._api import ViewContext
-from layouts.views._csvjoin import join
+from layouts.views._csvjoin import join, scan
 from layouts.views._stream import StreamedFile, close_stream
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two log lines of a size being counted.
 PROGRESS_SECONDS = 10.0
-#: Bytes that make a CSV field need quotes anywhere in it...
-_SPECIAL = np.zeros(256, dtype=bool)
-_SPECIAL[[ord(","), ord('"'), ord("\r"), ord("\n")]] = True
-#: ...or at its start or end (what ``str.strip`` removes, among ASCII bytes).
-_EDGE = np.zeros(256, dtype=bool)
-_EDGE[[ord(c) for c in " \t\n\v\f\r\x1c\x1d\x1e\x1f"]] = True
 _COMMA = ord(",")
-#: No byte from this one up is special or white space (``_plain``'s quick test).
-_FIRST_PLAIN = max(np.flatnonzero(_SPECIAL | _EDGE)) + 1
 
 
 #: A column's texts as ``layouts.views._csvjoin`` takes them: a buffer and its
@@ -159,27 +151,11 @@ def _number_cells(values: np.ndarray) -> Cells:
 def _bytes_cells(values: np.ndarray) -> Cells | None:
     raw = np.ascontiguousarray(values)
     width = raw.dtype.itemsize
-    if not width:
-        return None
-    matrix = raw.view(np.uint8).reshape(len(raw), width)
-    if int(matrix.max()) >= 0x80:
-        return None
-    lengths = np.char.str_len(raw).astype(np.int64)
-    if int(np.count_nonzero(matrix)) != int(lengths.sum()):
-        return None  # a NUL inside a value
-    return _fixed(raw, lengths, _plain(matrix, lengths))
-
-
-def _plain(matrix: np.ndarray, lengths: np.ndarray) -> bool:
-    """True if no text of ``matrix`` (ASCII, NUL-padded) needs CSV quoting."""
-    # Every byte that can call for quotes is below this one: most blocks have none.
-    if not ((matrix < _FIRST_PLAIN) & (matrix != 0)).any():
-        return True
-    rows = np.arange(len(matrix))
-    nonempty = lengths > 0
-    return not (_SPECIAL[matrix].any()
-                or _EDGE[matrix[nonempty, 0]].any()
-                or _EDGE[matrix[rows[nonempty], lengths[nonempty] - 1]].any())
+    scanned = scan(raw, len(raw), width) if width else None
+    if scanned is None:
+        return None  # not ASCII, or a NUL inside a value
+    total, plain, empty = scanned
+    return Cells(len(raw), total, plain=plain, empty=empty, texts=(raw, width))
 
 
 def cells(values: np.ndarray) -> Cells | None:

@@ -1,8 +1,11 @@
 /* Lines of table text joined from column texts, at memory speed.
  *
- * Owns one function, join(columns, rows, size, sep, end) -> bytes, the hot
- * loop of layouts.views._csvblock.block_bytes (whose docstring defines the
- * texts). Each column gives the texts of rows [0, rows) as a pair
+ * Owns the two loops of layouts.views._csvblock (whose docstring defines the
+ * texts) that run over every byte: scan, which checks a NUL-padded byte
+ * matrix of texts (ASCII, no NUL inside) and measures them, and
+ * join(columns, rows, size, sep, end) -> bytes, the loop of block_bytes.
+ *
+ * join: each column gives the texts of rows [0, rows) as a pair
  * (buffer, width):
  *
  *   width == 0: a JSON array as orjson writes one of numbers, "[t0,t1,...]":
@@ -18,8 +21,8 @@
  * column whose texts do not fill it exactly (or a malformed array) raises
  * ValueError instead of giving other bytes than were counted.
  *
- * The function holds the GIL only to check its arguments and release their
- * buffers: the join itself runs without it, so joins may run in threads.
+ * Both hold the GIL only to check their arguments and release their
+ * buffers: the loops run without it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -190,7 +193,86 @@ done:
     return result;
 }
 
+/* A byte that makes a CSV field need quotes anywhere in it... */
+static int
+is_special(unsigned char c)
+{
+    return c == ',' || c == '"' || c == '\r' || c == '\n';
+}
+
+/* ...or at its start or end (what Python's str.strip removes, among ASCII). */
+static int
+is_edge(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+/* What scan finds; not usable: a byte that is not ASCII, or a NUL inside a text. */
+typedef struct {
+    Py_ssize_t total;
+    int plain, empty, usable;
+} scan_result;
+
+static scan_result
+scan_rows(const unsigned char *base, Py_ssize_t rows, Py_ssize_t width)
+{
+    scan_result r = {0, 1, 0, 1};
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        const unsigned char *t = base + i * width;
+        Py_ssize_t len = 0;
+        while (len < width && t[len] != 0) {
+            unsigned char c = t[len];
+            if (c >= 0x80) {
+                r.usable = 0;
+                return r;
+            }
+            if (is_special(c))
+                r.plain = 0;
+            len++;
+        }
+        for (Py_ssize_t k = len; k < width; k++) {
+            if (t[k] != 0) {  /* a NUL inside the value */
+                r.usable = 0;
+                return r;
+            }
+        }
+        if (len == 0)
+            r.empty = 1;
+        else if (is_edge(t[0]) || is_edge(t[len - 1]))
+            r.plain = 0;
+        r.total += len;
+    }
+    return r;
+}
+
+static PyObject *
+scan(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t rows, width;
+    if (!PyArg_ParseTuple(args, "y*nn:scan", &view, &rows, &width))
+        return NULL;
+    if (width <= 0 || rows < 0 || view.len != rows * width) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan needs rows of width bytes, width > 0");
+        return NULL;
+    }
+    scan_result r;
+    Py_BEGIN_ALLOW_THREADS
+    r = scan_rows(view.buf, rows, width);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (!r.usable)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(nOO)", r.total, r.plain ? Py_True : Py_False,
+                         r.empty ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS,
+     "scan(buffer, rows, width) -> (total, plain, empty) | None: the texts of a "
+     "NUL-padded byte matrix: their total length, whether none needs CSV quoting, "
+     "whether one is empty; None if a byte is not ASCII or a NUL is inside a text."},
     {"join", join, METH_VARARGS,
      "join(columns, rows, size, sep, end) -> bytes: the lines of the columns' texts "
      "(see the module's source)."},
