@@ -103,6 +103,10 @@ class Ctx:
         self.chunk_reads += len(indices)
         return [await ds.read_chunk(index) for index in indices]
 
+    def prefetch(self, ds: Dataset, indices: list[ChunkIndex]) -> int:
+        """Nothing is started ahead: every chunk is read when a block needs it."""
+        return 0
+
     def error(self, reason: str) -> Exception:
         return ValueError(reason)
 
@@ -514,3 +518,32 @@ def test_a_chunk_of_text_that_is_not_utf8_is_corrupt_not_a_crash() -> None:
     with pytest.raises(Corrupt, match="does not decode as UTF8"):
         decode_chunk(ds, struct.pack("<II", 1, 2) + b"\xff\x9c")
     assert decode_chunk(ds, struct.pack("<II", 1, 2) + b"ok").tolist() == ["ok"]
+
+
+def test_a_tables_reads_start_the_next_chunks_ahead_once_each() -> None:
+    """Read in order (a count, a stream), a table's blocks start the chunks of
+    the next ``AHEAD_CHUNK_ROWS`` rows of chunks in the background, each once:
+    with every one accepted, the chunks asked ahead are those after the
+    first, in order, each asked for before its rows are read."""
+    class Ahead(Ctx):
+        def __init__(self) -> None:
+            super().__init__()
+            #: ("ask", index) and ("read", index), in the order they happened.
+            self.events: list[tuple[str, ChunkIndex]] = []
+
+        async def chunks(self, ds: Dataset, indices: list[ChunkIndex]) -> list[bytes | None]:
+            self.events += [("read", index) for index in indices]
+            return await super().chunks(ds, indices)
+
+        def prefetch(self, ds: Dataset, indices: list[ChunkIndex]) -> int:
+            self.events += [("ask", index) for index in indices]
+            return len(indices)
+
+    values = np.zeros(24_000, dtype=[("a", "<i4"), ("b", "<f8")])
+    table = fixed("d-t", values, 2_000)
+    ctx = Ahead()
+    size = run(csv_file(field_columns(table)).size, ctx)
+    assert size == len(csv_of(field_columns(table)))
+    assert [index for what, index in ctx.events if what == "ask"] == [(k,) for k in range(1, 12)]
+    for k in range(1, 12):
+        assert ctx.events.index(("ask", (k,))) < ctx.events.index(("read", (k,)))

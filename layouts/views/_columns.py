@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import json
 import math
 from abc import ABC, abstractmethod
@@ -73,6 +74,8 @@ MAX_BLOCK_ROWS = 8192
 #: counts ``VLEN_ROW_BYTES``).
 BLOCK_BYTES = 4 << 20
 VLEN_ROW_BYTES = 64
+#: Rows of chunks a table's reads start ahead of the block being read.
+AHEAD_CHUNK_ROWS = 4
 #: Rows of a file's first block; the next ones double up to the full block.
 FIRST_BLOCK_ROWS = 256
 #: Rows per block of a JSON-lines file, unless told otherwise.
@@ -113,11 +116,16 @@ class Column(ABC):
 
 class RowBlocks:
     """Block reads of one dataset shared by several of its columns (the
-    fields of a compound): the last block read is kept and given again."""
+    fields of a compound): the last block read is kept and given again, and
+    the chunks of the next ``AHEAD_CHUNK_ROWS`` rows of chunks after it are
+    started in the background (blocks are read in order: a count or a
+    stream, on S3 as many GETs in flight as that)."""
 
     def __init__(self, ds: Dataset) -> None:
         self.ds = ds
         self._last: tuple[int, int, np.ndarray] | None = None
+        #: The first row of chunks not yet started ahead.
+        self._ahead = 0
 
     async def rows(self, ctx: ViewContext, start: int, stop: int) -> np.ndarray:
         last = self._last
@@ -125,7 +133,21 @@ class RowBlocks:
             return last[2]
         values = await read_rows(ctx, self.ds, start, stop)
         self._last = (start, stop, values)
+        self._prefetch(ctx, stop)
         return values
+
+    def _prefetch(self, ctx: ViewContext, stop: int) -> None:
+        ds = self.ds
+        if not ds.chunks or not ds.grid:
+            return
+        step = ds.chunks[0]
+        first = max(self._ahead, -(-stop // step))
+        last = min(ds.grid[0], -(-stop // step) + AHEAD_CHUNK_ROWS)
+        if first >= last:
+            return
+        band = [tuple(rest) for rest in itertools.product(*(range(n) for n in ds.grid[1:]))]
+        accepted = ctx.prefetch(ds, [(k, *rest) for k in range(first, last) for rest in band])
+        self._ahead = first + accepted // max(1, len(band))
 
 
 @dataclass(frozen=True, slots=True)
