@@ -117,9 +117,10 @@ class Column(ABC):
 class RowBlocks:
     """Block reads of one dataset shared by several of its columns (the
     fields of a compound): the last block read is kept and given again, and
-    the chunks of the next ``AHEAD_CHUNK_ROWS`` rows of chunks after it are
-    started in the background (blocks are read in order: a count or a
-    stream, on S3 as many GETs in flight as that)."""
+    once the reads are past the first row of chunks, the chunks of the next
+    ``AHEAD_CHUNK_ROWS`` rows of chunks after each block are started in the
+    background (blocks are read in order, by a count or a stream: on S3, as
+    many GETs in flight as that)."""
 
     def __init__(self, ds: Dataset) -> None:
         self.ds = ds
@@ -133,12 +134,14 @@ class RowBlocks:
             return last[2]
         values = await read_rows(ctx, self.ds, start, stop)
         self._last = (start, stop, values)
-        self._prefetch(ctx, stop)
+        self._prefetch(ctx, start, stop)
         return values
 
-    def _prefetch(self, ctx: ViewContext, stop: int) -> None:
+    def _prefetch(self, ctx: ViewContext, start: int, stop: int) -> None:
+        """Start the next rows of chunks, once the reads are past the first
+        (``head`` of a view starts nothing it will not read)."""
         ds = self.ds
-        if not ds.chunks or not ds.grid:
+        if not ds.chunks or not ds.grid or start < ds.chunks[0]:
             return
         step = ds.chunks[0]
         first = max(self._ahead, -(-stop // step))
