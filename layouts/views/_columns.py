@@ -117,31 +117,37 @@ class Column(ABC):
 class RowBlocks:
     """Block reads of one dataset shared by several of its columns (the
     fields of a compound): the last block read is kept and given again, and
-    once the reads are past the first row of chunks, the chunks of the next
-    ``AHEAD_CHUNK_ROWS`` rows of chunks after each block are started in the
-    background (blocks are read in order, by a count or a stream: on S3, as
-    many GETs in flight as that)."""
+    once the reads in a run span more than one row of chunks, the chunks of
+    the next ``AHEAD_CHUNK_ROWS`` rows of chunks after each block are started
+    in the background (blocks are read in order, by a count or a stream: on
+    S3, as many GETs in flight as that)."""
 
     def __init__(self, ds: Dataset) -> None:
         self.ds = ds
         self._last: tuple[int, int, np.ndarray] | None = None
         #: The first row of chunks not yet started ahead.
         self._ahead = 0
+        #: Where the current run of reads, each from where the last ended, began.
+        self._run_start = 0
 
     async def rows(self, ctx: ViewContext, start: int, stop: int) -> np.ndarray:
         last = self._last
         if last is not None and last[0] == start and last[1] == stop:
             return last[2]
+        if last is None or start != last[1]:
+            self._run_start = start
         values = await read_rows(ctx, self.ds, start, stop)
         self._last = (start, stop, values)
-        self._prefetch(ctx, start, stop)
+        self._prefetch(ctx, stop)
         return values
 
-    def _prefetch(self, ctx: ViewContext, start: int, stop: int) -> None:
-        """Start the next rows of chunks, once the reads are past the first
-        (``head`` of a view starts nothing it will not read)."""
+    def _prefetch(self, ctx: ViewContext, stop: int) -> None:
+        """Start the next rows of chunks, once the reads in a run (each one
+        from where the last ended) span more than one row of chunks: ``head``
+        of a view, or a count that reads again only the blocks of a changed
+        chunk, starts nothing it will not read."""
         ds = self.ds
-        if not ds.chunks or not ds.grid or start < ds.chunks[0]:
+        if not ds.chunks or not ds.grid or stop - self._run_start <= ds.chunks[0]:
             return
         step = ds.chunks[0]
         first = max(self._ahead, -(-stop // step))
