@@ -3,8 +3,9 @@
 Hypothesis draws tables (integers of every width and byte order, float32
 and float64 with NaN, infinities, subnormals and -0.0, bools, fixed-length
 byte strings with quotes, commas, line breaks, edge white space, NUL and
-bytes that are not ASCII, plus enum and variable-length columns that have
-no cells), cut into chunks of random rows. For each, the CSV and lines files
+bytes that are not ASCII, plus columns that have no cells: variable-length
+strings, anndata's categorical and nullable columns), cut into chunks of
+random rows. For each, the CSV and lines files
 (``layouts.views._columns``) must give exactly the bytes of the reference
 path, which joins each value's text made one by one (``Column.texts``, as
 every block was made before this module), and their ``size`` must be the
@@ -30,6 +31,7 @@ from layouts.views import _csvblock
 from layouts.views._columns import Column, DatasetColumn, csv_file, lines_file
 from layouts.views._csvblock import block_bytes, block_size, cells, cells_of_texts
 from layouts.views._csvjoin import join, scan
+from layouts.views.anndata._elements import CategoricalColumn, NullableColumn
 from tests.test_columns import UTF8_JSON, Ctx, content, fixed, vlen
 
 NUMBER_DTYPES = ["i1", "u1", "<i2", ">u2", "<i4", ">i4", "<u4", "<i8", ">i8", "<u8", ">u8",
@@ -97,7 +99,20 @@ def tables(draw: st.DrawFn) -> tuple[list[Column], Any]:
     count = draw(st.integers(1, 4))
     cols: list[Column] = []
     for i in range(count):
-        kind = draw(st.sampled_from(["number", "number", "bytes", "text"]))
+        kind = draw(st.sampled_from(["number", "number", "bytes", "text", "categorical",
+                                     "nullable"]))
+        if kind == "categorical":
+            labels = draw(st.lists(st.text(max_size=5), min_size=1, max_size=8))
+            codes = draw(hnp.arrays(np.int8, rows, elements=st.integers(-1, len(labels) - 1)))
+            cols.append(CategoricalColumn(
+                fixed(f"d-{i}", codes, per_chunk),
+                vlen(f"d-{i}-l", labels, len(labels), VlenKind.UTF8, UTF8_JSON), f"k{i}"))
+            continue
+        if kind == "nullable":
+            mask = draw(hnp.arrays(np.bool_, rows))
+            cols.append(NullableColumn(fixed(f"d-{i}", draw(number_column(rows)), per_chunk),
+                                       fixed(f"d-{i}-m", mask, per_chunk), f"n{i}"))
+            continue
         if kind == "text":
             words = draw(st.lists(st.text(max_size=5), min_size=rows, max_size=rows))
             cols.append(DatasetColumn(vlen(f"d-{i}", words, per_chunk, VlenKind.UTF8,
