@@ -23,7 +23,7 @@ from layouts.views._api import (
     ViewContext,
     ViewFile,
 )
-from layouts.views._arrays import decode_chunk, read_array
+from layouts.views._arrays import decode_chunk, read_array, row_chunks
 from layouts.views._npy import NpyView, npy_header
 from layouts.views._registry import VIEWS
 
@@ -42,4 +42,5 @@ __all__ = [
     "decode_chunk",
     "npy_header",
     "read_array",
+    "row_chunks",
 ]

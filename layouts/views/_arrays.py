@@ -1,7 +1,8 @@
 """Arrays read through a view's context: chunk geometry, row ranges, whole arrays.
 
 Owns the mapping from a box of a dataset's elements to the chunks that
-intersect it (``chunks_of_box``), copying those chunks' parts into an array
+intersect it (``chunks_of_box``; ``row_chunks`` for a range of rows, which
+``prefetch_rows`` starts in the background), copying those chunks' parts into an array
 (``fill_box``), a chunk file's bytes as elements (``decode_chunk``), and the
 reads views build on ``ViewContext.chunks``: a range of rows along the first
 dimension (``read_rows``) and a whole array (``read_array``), for fixed-size
@@ -105,6 +106,28 @@ def _element_layout(ds: Dataset) -> tuple[np.dtype[Any], tuple[int, ...]]:
     return np.dtype(object), ()
 
 
+def _rows_box(shape: tuple[int, ...], start: int, stop: int) -> Box:
+    """Rows ``[start, stop)`` along the first dimension, whole along the others."""
+    return (start, *(0,) * (len(shape) - 1)), (stop, *shape[1:])
+
+
+def row_chunks(ds: Dataset, start: int, stop: int) -> list[ChunkIndex]:
+    """The chunks rows ``[start, stop)`` (clipped to the shape) of a dataset
+    with at least one dimension lie in, in grid C order; none without chunks."""
+    shape = ds.shape
+    if not shape or not ds.chunks:
+        return []
+    start, stop = max(0, start), min(stop, shape[0])
+    return list(chunks_of_box(_rows_box(shape, start, stop), ds.chunks)) if start < stop else []
+
+
+def prefetch_rows(ctx: ViewContext, ds: Dataset, start: int, stop: int) -> int:
+    """Start the chunks rows ``[start, stop)`` lie in (``row_chunks``) in the
+    background; how many of them, from the first, were accepted."""
+    indices = row_chunks(ds, start, stop)
+    return ctx.prefetch(ds, indices) if indices else 0
+
+
 async def read_rows(ctx: ViewContext, ds: Dataset, start: int, stop: int) -> np.ndarray:
     """Rows ``[start, stop)`` (clipped to the shape) along the first dimension
     of a dataset with at least one dimension: shape ``(rows, *shape[1:])``
@@ -118,7 +141,7 @@ async def read_rows(ctx: ViewContext, ds: Dataset, start: int, stop: int) -> np.
     out = np.empty((max(0, stop - start), *shape[1:], *dims), dtype=dtype)
     if out.size == 0:
         return out
-    box = ((start, *(0,) * (len(shape) - 1)), (stop, *shape[1:]))
+    box = _rows_box(shape, start, stop)
     indices = list(chunks_of_box(box, ds.chunks))
     got = {index: None if data is None else decode_chunk(ds, data).reshape(ds.chunks + dims)
            for index, data in zip(indices, await ctx.chunks(ds, indices), strict=True)}

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import itertools
 import json
 import math
 from abc import ABC, abstractmethod
@@ -57,7 +56,7 @@ from layouts.errors import FormatError
 from layouts.hdf5 import HType, parsed_type
 from layouts.model import Dataset
 from layouts.views._api import FileView, Reader, ViewContext, ViewFile
-from layouts.views._arrays import read_rows
+from layouts.views._arrays import prefetch_rows, read_rows
 from layouts.views._csvblock import BlockedFile, Cells, RowPlan, cells_of_texts, serialised
 from layouts.views._csvblock import cells as array_cells
 from layouts.views._stream import StreamedFile, close_stream
@@ -154,9 +153,8 @@ class RowBlocks:
         last = min(ds.grid[0], -(-stop // step) + AHEAD_CHUNK_ROWS)
         if first >= last:
             return
-        band = [tuple(rest) for rest in itertools.product(*(range(n) for n in ds.grid[1:]))]
-        accepted = ctx.prefetch(ds, [(k, *rest) for k in range(first, last) for rest in band])
-        self._ahead = first + accepted // max(1, len(band))
+        accepted = prefetch_rows(ctx, ds, first * step, last * step)
+        self._ahead = first + accepted // max(1, math.prod(ds.grid[1:]))
 
 
 @dataclass(frozen=True, slots=True)

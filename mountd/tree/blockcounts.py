@@ -31,10 +31,10 @@ once at a time per file; its state changes with no ``await`` in between.
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Hashable, Mapping
 
 from layouts.model import ChunkIndex, Dataset
+from layouts.views import row_chunks
 from mountd.cache.dataepochs import version_digest
 from mountd.tree.sizerecords import Blocks, SizeRecords
 from mountd.tree.viewctx import ObjectContext
@@ -93,10 +93,8 @@ class BlockBook:
         chunks = self._chunks
         if chunks is None or not ds.chunks or not ds.grid:
             return None
-        step = ds.chunks[0]
         parts = []
-        for index in itertools.product(range(start // step, -(-stop // step)),
-                                       *(range(n) for n in ds.grid[1:])):
+        for index in row_chunks(ds, start, stop):
             stored = index in chunks
             validator = chunks.get(index)
             if stored and validator is None:

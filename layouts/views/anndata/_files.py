@@ -38,7 +38,7 @@ import numpy as np
 
 from layouts.model import Dataset
 from layouts.views._api import ViewContext
-from layouts.views._arrays import read_rows
+from layouts.views._arrays import prefetch_rows, read_rows
 from layouts.views._columns import DatasetColumn
 from layouts.views._csvblock import Cells, cells_of_texts
 from layouts.views._csvblock import cells as array_cells
@@ -75,13 +75,6 @@ async def rows_of(ctx: ViewContext, ds: Dataset, start: int, stop: int) -> np.nd
     if len(rows) != max(0, stop - start):
         raise ctx.error(f"a dataset of {(ds.shape or (0,))[0]} rows read at {start}:{stop}")
     return rows
-
-
-def prefetch_rows(ctx: ViewContext, ds: Dataset, start: int, stop: int) -> None:
-    """Start the chunks holding rows ``[start, stop)`` of a 1-D ``ds`` in the background."""
-    step = ds.chunks[0] if ds.chunks else 0
-    if step and start < stop:
-        ctx.prefetch(ds, [(k,) for k in range(start // step, -(-stop // step))])
 
 
 # --------------------------------------------------------------------------- sparse
