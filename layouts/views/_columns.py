@@ -57,7 +57,14 @@ from layouts.hdf5 import HType, parsed_type
 from layouts.model import Dataset
 from layouts.views._api import FileView, Reader, ViewContext, ViewFile
 from layouts.views._arrays import prefetch_rows, read_rows
-from layouts.views._csvblock import BlockedFile, Cells, RowPlan, cells_of_texts, serialised
+from layouts.views._csvblock import (
+    BlockedFile,
+    Cells,
+    RowPlan,
+    cells_of_texts,
+    serialised,
+    text_spans,
+)
 from layouts.views._csvblock import cells as array_cells
 from layouts.views._stream import StreamedFile, close_stream
 
@@ -690,16 +697,13 @@ class _NumberRows:
 
     def __init__(self, values: np.ndarray, bounds: np.ndarray) -> None:
         self.buf = serialised(values)
-        commas = np.flatnonzero(np.frombuffer(self.buf, dtype=np.uint8) == ord(","))
-        # Where each value's text starts and ends.
-        firsts = np.concatenate([[1], commas + 1])
-        lasts = np.concatenate([commas, [len(self.buf) - 1]])
         lo, hi = bounds[:-1], bounds[1:]
         full = hi > lo
         #: Where each row's values start and end in ``buf`` (equal for no values).
         self.starts = np.zeros(len(lo), dtype=np.int64)
         self.ends = np.zeros(len(lo), dtype=np.int64)
         if len(values):
+            firsts, lasts = text_spans(self.buf)
             self.starts[full] = firsts[lo[full]]
             self.ends[full] = lasts[hi[full] - 1]
 

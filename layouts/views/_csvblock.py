@@ -105,14 +105,19 @@ def serialised(values: np.ndarray) -> bytes:
     return orjson.dumps(native, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _patched(buf: bytes, rows: int, patches: Sequence[tuple[np.ndarray, bytes]]) -> np.ndarray:
-    """``buf`` (a serialised array of ``rows`` values) with the ``null`` of each
-    patched row overwritten by its text, NUL-padded to the same four bytes
+def text_spans(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where each value's text starts and ends in a serialised array of at
+    least one value (``serialised``): between the brackets and commas."""
+    commas = np.flatnonzero(np.frombuffer(buf, dtype=np.uint8) == _COMMA)
+    return np.concatenate([[1], commas + 1]), np.concatenate([commas, [len(buf) - 1]])
+
+
+def _patched(buf: bytes, patches: Sequence[tuple[np.ndarray, bytes]]) -> np.ndarray:
+    """``buf`` (a serialised array) with the ``null`` of each patched row
+    overwritten by its text, NUL-padded to the same four bytes
     (``layouts.views._csvjoin`` drops a text's trailing NULs)."""
     out = np.frombuffer(buf, dtype=np.uint8).copy()
-    starts = np.empty(rows, dtype=np.int64)
-    starts[0] = 1
-    starts[1:] = np.flatnonzero(out == _COMMA) + 1
+    starts, _ = text_spans(buf)
     null = np.arange(len(b"null"))
     for where, text in patches:
         out[starts[where][:, None] + null] = np.frombuffer(text.ljust(len(b"null"), b"\0"),
@@ -139,7 +144,7 @@ def _float_cells(values: np.ndarray) -> Cells:
     total += sum(int(np.count_nonzero(where)) * (len(text) - len(b"null"))
                  for where, text in patches)
     return Cells(rows, total, plain=True, empty=False,
-                 texts=lambda: (_patched(buf, rows, patches), 0))
+                 texts=lambda: (_patched(buf, patches), 0))
 
 
 def _number_cells(values: np.ndarray) -> Cells:
