@@ -78,13 +78,14 @@ def test_records_in_memory_alone_keep_within_their_budget() -> None:
     """Without ``cache_dir`` the records live in memory: the latest under each
     name, the least recently used dropped past the budget."""
     async def main() -> None:
-        records = SizeRecords(None, "", memory_bytes=60)
+        # Room for two records (24 bytes each, plus the memo's 200 of overhead), not three.
+        records = SizeRecords(None, "", memory_bytes=500)
         await records.save("a.csv", "v1", 1)
         await records.save("a.csv", "v2", 2)  # replaces the name's record
         assert await records.load("a.csv", "v1") is None
         assert await records.load("a.csv", "v2") == 2
         await records.save("b.csv", "v1", 3)
-        await records.save("c.csv", "v1", 4)  # over 60 bytes: a.csv, least recently used, goes
+        await records.save("c.csv", "v1", 4)  # over the budget: a.csv, least recently used, goes
         assert await records.load("a.csv", "v2") is None
         assert await records.load("b.csv", "v1") == 3
         assert await records.load("c.csv", "v1") == 4

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections import OrderedDict
 
 import numpy as np
 
 from layouts.model import Dataset
 from mountd.cache.dataepochs import decoding
+from mountd.cache.memo import Memo
 from mountd.io.diskcache import DiskCache
 
 #: Raise when the bytes a view makes of the same data change (a format fix):
@@ -78,10 +78,8 @@ class SizeRecords:
                  memory_bytes: int = MEMORY_BYTES) -> None:
         self._disk = disk
         self._source = source
-        self._memory_bytes = memory_bytes
-        self._used = 0
-        #: The latest record of each name: its validator and bytes, least recently used first.
-        self._memory: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        #: The latest record of each name, as (validator, bytes).
+        self._memory = Memo(max_bytes=memory_bytes)
 
     @staticmethod
     def validator(view: str, ds: Dataset, version: bytes) -> str:
@@ -122,9 +120,8 @@ class SizeRecords:
         await self._put(name + BLOCKS_SUFFIX, validator, records.tobytes())
 
     async def _get(self, key: str, validator: str) -> bytes | None:
-        kept = self._memory.get(key)
+        kept: tuple[str, bytes] | None = self._memory.get(key)
         if kept is not None and kept[0] == validator:
-            self._memory.move_to_end(key)
             return kept[1]
         if self._disk is None:
             return None
@@ -141,18 +138,8 @@ class SizeRecords:
             await self._disk.put(self._source, key, validator, 0, data)
 
     def _remember(self, key: str, validator: str, data: bytes) -> None:
-        """Keep a record in memory (replacing the name's last), within budget."""
-        old = self._memory.pop(key, None)
-        if old is not None:
-            self._used -= len(key) + len(old[1])
-        cost = len(key) + len(data)
-        if cost > self._memory_bytes:
-            return
-        self._memory[key] = (validator, data)
-        self._used += cost
-        while self._used > self._memory_bytes:
-            gone, (_, dropped) = self._memory.popitem(last=False)
-            self._used -= len(gone) + len(dropped)
+        """Keep a record in memory, in place of the name's last."""
+        self._memory.put(key, (validator, data), len(key) + len(data))
 
 
 def _digest(*parts: bytes) -> str:
