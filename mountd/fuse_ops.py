@@ -69,7 +69,14 @@ R = TypeVar("R")
 DIR_MODE = stat_mod.S_IFDIR | 0o555
 FILE_MODE = stat_mod.S_IFREG | 0o444
 SYMLINK_MODE = stat_mod.S_IFLNK | 0o777
+#: ``st_blksize`` of files: the I/O size readers such as ``cp`` then use.
 BLOCK_SIZE = 1 << 20
+#: ``st_blksize`` of directories and symlinks. glibc's ``opendir`` sizes its
+#: buffer, and so each ``getdents64`` and the kernel's buffer for each FUSE
+#: readdir, by the directory's ``st_blksize`` (at least 32 KiB, at most
+#: 1 MiB). With 1 MiB every readdir of a three-entry directory had the kernel
+#: allocate and map 256 pages, and pyfuse3 clear a 1 MiB reply buffer.
+DIR_BLOCK_SIZE = 4096
 #: Seconds between two looks at the requests under way while draining.
 DRAIN_POLL = 0.01
 #: Seconds with no request that end a drain (a reader has seen its EIO by then).
@@ -251,7 +258,6 @@ class Operations(pyfuse3.Operations):
         entry.st_uid = self.owner.uid
         entry.st_gid = self.owner.gid
         entry.st_rdev = 0
-        entry.st_blksize = BLOCK_SIZE
         return entry
 
     def _fill_entry(self, entry: pyfuse3.EntryAttributes, ino: int, st: Stat,
@@ -266,6 +272,7 @@ class Operations(pyfuse3.Operations):
         mode = (FILE_MODE if kind is NodeType.FILE else DIR_MODE if kind is NodeType.DIR
                 else SYMLINK_MODE)
         entry.st_mode = mode & ~0o7777 if denied else mode
+        entry.st_blksize = BLOCK_SIZE if kind is NodeType.FILE else DIR_BLOCK_SIZE
         entry.st_size = st.size
         entry.st_blocks = (st.size + 511) // 512
         mtime = int(st.mtime * 1e9)

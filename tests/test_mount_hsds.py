@@ -253,6 +253,19 @@ def test_names_are_escaped(mnt: Path) -> None:
     assert (mnt / "home/admin/links.h5/names/y.json").is_dir()
 
 
+def test_directories_ask_for_small_getdents_buffers(mnt: Path) -> None:
+    """glibc sizes a directory stream's buffer, and so each getdents64 and the
+    kernel's buffer for each FUSE readdir, by the directory's st_blksize: a
+    directory must not ask for 1 MiB per readdir, while files keep the large
+    I/O size that cp and other copiers read with."""
+    domain = mnt / "home/admin/types.h5"
+    for path in (mnt, domain, domain / "misc"):
+        assert os.stat(path).st_blksize <= 32768, path
+    assert os.lstat(mnt / "home/admin/types.h5/misc/refs.json").st_blksize == 1 << 20
+    (entry,) = [e for e in os.scandir(domain) if e.name == "misc"]
+    assert entry.stat().st_blksize <= 32768
+
+
 def test_find_and_tools(mnt: Path) -> None:
     found = subprocess.run(["find", str(mnt)], capture_output=True, text=True, timeout=120,
                            check=False)
