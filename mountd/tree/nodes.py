@@ -214,8 +214,10 @@ class DirListing(ABC):
         """Release what the listing holds (at releasedir); never raises."""
 
 
-#: Most entries one ``SnapshotListing.rows_after`` call gives (bounds its copy).
-SNAPSHOT_BATCH = 1024
+#: Most entries one ``SnapshotListing.rows_after`` call gives (bounds its copy):
+#: about what one readdir reply holds, as glibc reads a directory 32 KiB at a
+#: time (``mountd.fuse_ops.DIR_BLOCK_SIZE``), about 200 entries with attributes.
+SNAPSHOT_BATCH = 256
 
 
 class SnapshotListing(DirListing):
