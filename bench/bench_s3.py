@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import bench_npy, s3data, s3peers, s3report
+from bench import bench_npy, s3data, s3peers, s3report, walkdata
 from bench import data as benchdata
 from bench.bench_npy import Case, NotAvailable, Timed, timed, timed_cat, with_retries
 from mountd.config import parse_size
@@ -71,6 +71,10 @@ log = logging.getLogger("bench.bench_s3")
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OPTIONS = "cache_size=512M,chunk_cache=256M"
 STREAM_PASSES = 4
+#: Seconds after which the walk of ``run_walk_stream`` is given up.
+WALK_STREAM_TIMEOUT = 1500.0
+#: ``metadata_ttl`` of the ``run_walk_stream`` mount.
+WALK_STREAM_TTL = 3600.0
 #: ``metadata_ttl`` of the (a) mounts, and how long after the page-cache ``cat``
 #: the (b) after-ttl ``cat`` starts: past the end of the period.
 TTL = 10.0
@@ -108,6 +112,11 @@ def new_cases() -> dict[str, Case]:
              "(fresh) on the same bucket"),
         Case("stream", "(e) 4 GiB stream", f"{STREAM_PASSES} x `cat data.npy` on one mount, "
              "page cache dropped before each (the peak-RSS run)"),
+        Case("walk_stream", "(e) stream + 100k walk", f"{STREAM_PASSES} x `cat data.npy` or "
+             "more on one mount (that file's pages dropped before each) while `find` walks "
+             f"walk100k.h5 (100,000 datasets) on it, from a fresh mount with "
+             f"`-o metadata_ttl={WALK_STREAM_TTL:g}`; seconds are the `find`'s (the peak-RSS "
+             "run with a walk)"),
         Case("ls_cold", "ls -lR cold", "`ls -lR` of the 10,000-object domain, fresh mount, "
              "page cache dropped"),
         Case("ls_warm", "ls -lR warm", "the same `ls -lR` again on that mount"),
@@ -168,9 +177,12 @@ def vm_hwm_mib(pid: int) -> float:
     raise bench_npy.BenchError(f"no VmHWM for pid {pid}")
 
 
-def cache_budget_mib(options: str) -> float:
-    """``cache_size`` + ``chunk_cache`` of an ``-o`` string (daemon defaults when absent)."""
+def cache_budget_mib(options: str, *, with_meta: bool = False) -> float:
+    """``cache_size`` + ``chunk_cache`` of an ``-o`` string (daemon defaults when
+    absent), + ``meta_cache`` ``with_meta`` (the budget a walk fills)."""
     sizes = {"cache_size": 512 << 20, "chunk_cache": 256 << 20}
+    if with_meta:
+        sizes["meta_cache"] = 256 << 20
     for item in options.split(","):
         name, _, value = item.partition("=")
         if name in sizes:
@@ -432,6 +444,64 @@ def run_stream(run: Run) -> None:
     log.info("streamed %.1f GiB; daemon VmHWM %.0f MiB", total, run.facts["peak_rss_mib"])
 
 
+def run_walk_stream(run: Run) -> None:
+    """Peak RSS while ``find`` walks walk100k.h5 and, on the same mount, ``data.npy``
+    is read whole again and again (at least ``STREAM_PASSES`` times, that file's
+    pages dropped before each, so each pass reaches the daemon) until it ends.
+
+    walk100k.h5 is copied to moto from ``bench.walkdata``'s bucket. The copy is
+    newer than the scan that wrote its summary, so the mount reads each object
+    on its own, as for any domain written since its last scan. Only the file's
+    own pages are dropped (``POSIX_FADV_DONTNEED``): dropping every cache would
+    make the kernel forget the walk's inodes, and the daemon its entries.
+    """
+    case = run.cases["walk_stream"]
+    walk = walkdata.ensure()
+    started = time.perf_counter()
+    copied = s3data.copy_domain(run.moto, walk.bucket_dir, walkdata.WALK100K)
+    run.facts["walk100k_copy"] = (copied, time.perf_counter() - started)
+    log.info("walk100k.h5: %d keys copied to moto in %.0f s", copied,
+             time.perf_counter() - started)
+    run.facts["walk_stream_budget_mib"] = cache_budget_mib(run.options, with_meta=True)
+    bench_npy.drop_caches_noted(case)
+    # moto lists a bucket in O(keys) per page: with the default metadata_ttl the
+    # walk would list the domain's 110,000 keys again every minute.
+    with s3_mount(run, "mnt", f"{run.options},metadata_ttl={WALK_STREAM_TTL:g}") as (mp, pids):
+        npy = npy_path(mp)
+        if "h5mount" not in pids:
+            raise bench_npy.BenchError("no single h5mount daemon to measure")
+        errors = run.workdir / "walk-stream-find.err"
+        with errors.open("wb") as err:
+            found = subprocess.Popen(["find", str(mp / walkdata.WALK100K.strip("/"))],
+                                     stdout=subprocess.DEVNULL, stderr=err)
+        t0 = time.perf_counter()
+        passes = nbytes = 0
+        try:
+            while passes < STREAM_PASSES or found.poll() is None:
+                if time.perf_counter() - t0 > WALK_STREAM_TIMEOUT:
+                    raise bench_npy.BenchError(
+                        f"find still walking after {WALK_STREAM_TIMEOUT:.0f} s")
+                with npy.open("rb") as f:
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                nbytes += timed_cat(npy)[1]
+                passes += 1
+        finally:
+            if found.poll() is None:
+                found.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                # A find stuck in a readdir ends only once the unmount aborts it.
+                found.wait(timeout=10)
+        if found.returncode != 0:
+            raise bench_npy.BenchError(f"find failed: {errors.read_text(errors='replace')[-300:]}")
+        case.add(time.perf_counter() - t0, nbytes)
+        run.facts["walk_stream_rss_mib"] = vm_hwm_mib(pids["h5mount"])
+    case.notes.append(f"{passes} passes of data.npy ({nbytes / bench_npy.GIB:.0f} "
+                      f"GiB) while `find` walked walk100k.h5; walk100k.h5 copied to moto "
+                      f"({copied:,} keys) in {run.facts['walk100k_copy'][1]:.0f} s")
+    log.info("walk + stream: %d passes; daemon VmHWM %.0f MiB", passes,
+             run.facts["walk_stream_rss_mib"])
+
+
 # ---------------------------------------------------------------------- driver
 
 
@@ -478,6 +548,7 @@ GROUPS = (
     Group("ls", ("ls_cold", "ls_warm"), run_ls, mount=True),
     Group("ls_local", ("ls_local",), run_ls_local, mount=True),
     Group("stream", ("stream",), run_stream, mount=True),
+    Group("walk_stream", ("walk_stream",), run_walk_stream, mount=True),
 )
 
 

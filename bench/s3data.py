@@ -182,13 +182,13 @@ def build_many(moto: MotoServer, workdir: Path,
         log.info("h5pyd visititems on the fresh domain: %d objects in %.1f s", visited, seconds)
         bucket_dir = server.bucket_dir
     t0 = time.perf_counter()
-    copied = _copy_domain(moto, bucket_dir, MANY_DOMAIN)
+    copied = copy_domain(moto, bucket_dir, MANY_DOMAIN)
     facts["copy_s"] = time.perf_counter() - t0
     log.info("many.h5: %d keys copied to moto in %.1f s", copied, facts["copy_s"])
     return ManyDomain(MANY_DOMAIN, objects, copied, seconds, visited, bucket_dir, facts)
 
 
-def _copy_domain(moto: MotoServer, bucket_dir: Path, domain: str) -> int:
+def copy_domain(moto: MotoServer, bucket_dir: Path, domain: str) -> int:
     """Copy one domain's keys (its ``.domain.json`` and ``db/<root>/``) from a POSIX bucket."""
     dom_key = domain.strip("/") + "/.domain.json"
     root = str(json.loads((bucket_dir / dom_key).read_bytes())["root"])

@@ -153,6 +153,14 @@ class Report:
         else:
             rows.append([label, f"{peak:.0f} MiB of {limit:.0f} MiB",
                          "**PASS**" if peak <= limit else "**FAIL**"])
+        walk_peak = self.run.facts.get("walk_stream_rss_mib")
+        walk_budget = self.run.facts.get("walk_stream_budget_mib")
+        if walk_peak is not None and walk_budget is not None:
+            walk_limit = walk_budget + RSS_SLACK_MIB
+            rows.append([f"peak RSS streaming while `find` walks 100k objects <= cache budgets "
+                         f"(with `meta_cache`) {walk_budget:.0f} MiB + {RSS_SLACK_MIB:.0f} MiB",
+                         f"{walk_peak:.0f} MiB of {walk_limit:.0f} MiB",
+                         "**PASS**" if walk_peak <= walk_limit else "**FAIL**"])
         return rows
 
     # ------------------------------------------------------------------ text
