@@ -25,7 +25,11 @@ measures:
   warm) against h5pyd ``visititems`` on the freshly loaded domain;
 - the daemon's peak RSS (VmHWM) while one mount streams 4 GiB (four reads of
   ``data.npy``, page cache dropped before each), against the cache budget
-  (``cache_size`` + ``chunk_cache``) + 150 MiB.
+  (``cache_size`` + ``chunk_cache``) + 150 MiB;
+- ``walk_stream``: the same peak while ``find`` walks ``walk100k.h5``
+  (``bench.walkdata``'s 100,000 datasets, copied to moto: several minutes)
+  on a mount that reads ``data.npy`` again and again until the walk ends,
+  against the budgets with ``meta_cache`` + 150 MiB.
 
 It prints a table and replaces its own section of ``docs/benchmarks.md``
 (``bench.s3report``). ``--cases`` runs some groups of cases only (``--cases
