@@ -119,8 +119,8 @@ def new_cases() -> dict[str, Case]:
         Case("walk_stream", "(e) stream + 100k walk", f"{STREAM_PASSES} x `cat data.npy` or "
              "more on one mount (that file's pages dropped before each) while `find` walks "
              f"walk100k.h5 (100,000 datasets) on it, from a fresh mount with "
-             f"`-o metadata_ttl={WALK_STREAM_TTL:g}`; seconds are the `find`'s (the peak-RSS "
-             "run with a walk)"),
+             f"`-o metadata_ttl={WALK_STREAM_TTL:g}`; seconds run until the `find` and the "
+             "pass under way when it ended are done (the peak-RSS run with a walk)"),
         Case("ls_cold", "ls -lR cold", "`ls -lR` of the 10,000-object domain, fresh mount, "
              "page cache dropped"),
         Case("ls_warm", "ls -lR warm", "the same `ls -lR` again on that mount"),
