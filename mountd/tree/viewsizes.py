@@ -67,6 +67,18 @@ class _Kept:
     read: tuple[tuple[Dataset, Hashable], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """Where one view file's size is recorded: its name and view, the dataset
+    and its version, and the validator the size is kept under."""
+
+    name: str
+    view: str
+    ds: Dataset
+    version: bytes
+    validator: str
+
+
 class ViewSizes:
     """The sizes of view files, computed once and kept while current."""
 
@@ -117,26 +129,24 @@ class ViewSizes:
         try:
             size = await self._current(key, ctx)
             if size is None:
-                version = await self._version(ctx, record)
-                if record is not None and version is not None:
-                    size = await self._recorded(ctx, record, version)
-                size = size if size is not None else await self._count(ctx, file, record, version)
+                recorded = await self._record_of(ctx, record)
+                if recorded is not None:
+                    size = await self._recorded(ctx, recorded)
+                size = size if size is not None else await self._count(ctx, file, recorded)
                 self._keep(key, ctx, size)
         finally:
             del self._sizing[key]
             done.set()
         return size
 
-    async def _count(self, ctx: ObjectContext, file: ViewFile, record: tuple[str, str] | None,
-                     version: bytes | None) -> int:
+    async def _count(self, ctx: ObjectContext, file: ViewFile, recorded: _Record | None) -> int:
         """Size ``file`` now, and record the size (with the counts of its blocks,
         ``mountd.tree.blockcounts``) where it rests on its own data."""
-        obj = ctx.obj
-        if record is None or version is None or not isinstance(obj, Dataset):
+        if recorded is None:
             return await file.size(ctx)
-        name, view = record
-        book = BlockBook(self._records, ctx, name, self._records.blocks_validator(view, obj),
-                         version)
+        book = BlockBook(self._records, ctx, recorded.name,
+                         self._records.blocks_validator(recorded.view, recorded.ds),
+                         recorded.version)
         ctx.block_counts = book
         try:
             size = await file.size(ctx)
@@ -144,7 +154,7 @@ class ViewSizes:
             ctx.block_counts = None
         if self._own_data(ctx):
             await book.save()
-            await self._records.save(name, self._records.validator(view, obj, version), size)
+            await self._records.save(recorded.name, recorded.validator, size)
         return size
 
     def _keep(self, key: Hashable, ctx: ObjectContext, size: int) -> None:
@@ -160,20 +170,23 @@ class ViewSizes:
         return not ctx.seen and list(ctx.read) == [ctx.obj.id] and \
             ctx.read[ctx.obj.id][1] is not MIXED
 
-    async def _version(self, ctx: ObjectContext, record: tuple[str, str] | None
-                       ) -> bytes | None:
-        """The version of the context's dataset that records of ``record``'s view
-        are kept under now (``Tree.data_version``); None when none are."""
-        if record is None or not isinstance(ctx.obj, Dataset):
+    async def _record_of(self, ctx: ObjectContext, record: tuple[str, str] | None
+                         ) -> _Record | None:
+        """Where a size of ``record``'s view over the context's dataset is recorded
+        now, under the dataset's version (``Tree.data_version``); None when no
+        size of it is."""
+        ds = ctx.obj
+        if record is None or not isinstance(ds, Dataset):
             return None
-        return await self._fresh.data_version(ctx.op, ctx.obj)
-
-    async def _recorded(self, ctx: ObjectContext, record: tuple[str, str],
-                        version: bytes) -> int | None:
-        """The size recorded, noted as read from the dataset's data epoch now."""
-        assert isinstance(ctx.obj, Dataset)
+        version = await self._fresh.data_version(ctx.op, ds)
+        if version is None:
+            return None
         name, view = record
-        size = await self._records.load(name, self._records.validator(view, ctx.obj, version))
+        return _Record(name, view, ds, version, self._records.validator(view, ds, version))
+
+    async def _recorded(self, ctx: ObjectContext, recorded: _Record) -> int | None:
+        """The size recorded, noted as read from the dataset's data epoch now."""
+        size = await self._records.load(recorded.name, recorded.validator)
         if size is not None:
-            await ctx.note_read(ctx.obj)
+            await ctx.note_read(recorded.ds)
         return size
