@@ -39,9 +39,9 @@ import trio
 
 from layouts import decoding
 from layouts.errors import FormatError
-from layouts.formats.hsds import _catalog as hsds_catalog
 from layouts.formats.hsds import _chunks as hsds_chunks
 from layouts.formats.hsds import _ids as hsds_ids
+from layouts.formats.hsds import _objects as hsds_objects
 from layouts.formats.hsds._catalog import HsdsCatalog, probe
 from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, decode_chunk, filter_plan
 from layouts.formats.hsds._values import attribute_value, fill_value
@@ -394,8 +394,8 @@ def test_a_large_description_is_the_datasets_own() -> None:
     small = {"class": "H5D_CHUNKED", "dims": [4]}
     large = {"class": "H5D_CHUNKED_REF", "file_uri": "f.h5", "dims": [4],
              "chunks": {str(i): [8 * i, 8] for i in range(1000)}}
-    assert hsds_catalog._description(tj, [], small) is hsds_catalog._description(tj, [], small)
-    one, two = (hsds_catalog._description(tj, [], dict(large)) for _ in range(2))
+    assert hsds_objects._description(tj, [], small) is hsds_objects._description(tj, [], small)
+    one, two = (hsds_objects._description(tj, [], dict(large)) for _ in range(2))
     assert one == two == {"type": tj, "filters": [], "layout": large}
     assert one is not two and isinstance(one, dict)
 
