@@ -272,6 +272,17 @@ async def read_each(store: ChunkStore, indices: Sequence[ChunkIndex]
     return await outcomes(store.read, indices, READ_EACH_CONCURRENCY)
 
 
+def fill_element(etype: ElementType, fill_value: Any) -> bytes:
+    """One element of ``fill_value`` (None: zeros) as chunk-file bytes of the
+    fixed-size type ``etype``."""
+    if fill_value is None:
+        return bytes(etype.itemsize)
+    base, dims = etype.base_and_dims
+    if dims:  # a sub-array fill holds one value per item, not one per element
+        return np.broadcast_to(np.asarray(fill_value, dtype=base), dims).tobytes()
+    return np.asarray(fill_value, dtype=etype.dtype).tobytes()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Dataset(H5Object):
     """A dataset.
@@ -341,12 +352,7 @@ class Dataset(H5Object):
 
     def fill_bytes(self) -> bytes:
         """One element of the fill value as chunk-file bytes (fixed-size types)."""
-        if self.fill_value is None:
-            return bytes(self.type.itemsize)
-        base, dims = self.type.base_and_dims
-        if dims:  # a sub-array fill holds one value per item, not one per element
-            return np.broadcast_to(np.asarray(self.fill_value, dtype=base), dims).tobytes()
-        return np.asarray(self.fill_value, dtype=self.type.dtype).tobytes()
+        return fill_element(self.type, self.fill_value)
 
     async def read_chunk(self, index: ChunkIndex) -> bytes | None:
         return await self.store.read(index)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from layouts.decoding import DecodedCache
+from layouts.service import Service
 from layouts.storage import ObjectInfo, OpenUri, Store
 
 
@@ -32,6 +33,8 @@ class PlaceKind(enum.Enum):
     #: An object-store bucket or prefix (``s3://``), whose objects are the keys of
     #: ``Place.store``.
     BUCKET = "bucket"
+    #: An HSDS service endpoint, read through ``Place.service`` (its REST API).
+    SERVICE = "service"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +43,16 @@ class Place:
 
     ``location`` is the SOURCE argument as given (a path or a URL), which
     messages name; ``store`` reads what a DIRECTORY or BUCKET holds, by key,
-    and is None for a FILE.
+    and is None for a FILE; ``service`` answers the REST requests of a SERVICE,
+    and ``prefix`` is the folder or domain path on it that SOURCE names
+    (``""``: the whole service).
     """
 
     location: str
     kind: PlaceKind
     store: Store | None = None
+    service: Service | None = None
+    prefix: str = ""
 
 
 class Records(Protocol):

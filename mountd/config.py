@@ -332,6 +332,22 @@ class MountConfig:
         FLAG, default=False,
         help="send unsigned S3 requests (public buckets); no credentials needed. The same "
              "as `--anon`")
+    endpoint: str | None = option(
+        text("URL"), shown="none",
+        help="an HSDS service endpoint, e.g. `https://hsds.example.org`: SOURCE is then a "
+             "folder or domain path on it (`/`, `/home/u/`, `/home/u/f.h5`), read over its "
+             "REST API with the server's ACLs for the mount's user. An http(s) SOURCE with no "
+             "path is an endpoint already")
+    hs_username: str | None = option(
+        text("NAME"), shown="HS_USERNAME, else `~/.hscfg`'s hs_username",
+        help="HSDS service user the mount authenticates as, with `hs_password_file`")
+    hs_password_file: str | None = option(
+        text("FILE", "file", path=True), shown="HS_PASSWORD, else `~/.hscfg`'s hs_password",
+        help="file whose first line is the HSDS service password (never logged or shown)")
+    hs_api_key_file: str | None = option(
+        text("FILE", "file", path=True), shown="HS_API_KEY, else `~/.hscfg`'s hs_api_key",
+        help="file whose first line is an HSDS API key, sent as a bearer token instead of "
+             "the user name and password")
     allow_local_refs: bool = option(
         FLAG, default=False,
         help="let a reference file fetched over http(s) point at local files (else such "

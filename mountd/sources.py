@@ -1,7 +1,10 @@
 """Which kind of place a SOURCE argument names, and the catalog that reads it.
 
 Owns turning SOURCE into a ``layouts.places.Place`` (by its scheme, and for a
-local path whether it is a directory), the stores and openers for it, and
+local path whether it is a directory; an http(s) URL with no path, or any
+SOURCE with ``-o endpoint``, is an HSDS service, read through
+``mountd.io.hsservice`` with the credentials ``mountd.hscredentials`` finds),
+the stores and openers for it, and
 their lifetime: ``open_source`` is an async context manager because an S3 or
 HTTP client must stay open while the mount is served. Which format the place
 holds is not decided here: ``layouts.formats.FORMATS`` is walked in order and
@@ -52,6 +55,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from layouts.formats import FORMATS
 from layouts.model import Catalog
@@ -59,10 +63,12 @@ from layouts.places import Place, PlaceKind
 from layouts.storage import OpenUri, Store
 from mountd.config import MountConfig
 from mountd.errors import Forbidden, MountError, SourceError, StorageError
+from mountd.hscredentials import credentials
 from mountd.io.blockcache import BlockCache
 from mountd.io.cached import CachedStore
 from mountd.io.decodedcache import DecodedDiskCache
 from mountd.io.diskcache import DiskCache
+from mountd.io.hsservice import ServiceOptions, endpoint_url, open_service
 from mountd.io.http import HttpConnection, HttpOptions, open_http
 from mountd.io.local import LocalStore
 from mountd.io.records import DiskRecords
@@ -100,6 +106,10 @@ async def open_source(config: MountConfig) -> AsyncIterator[Source]:
         async with _open_s3(config) as opened:
             yield opened
         return
+    if config.endpoint is not None or is_endpoint(source):
+        async with _open_service(config) as opened:
+            yield opened
+        return
     remote = source.startswith(("http://", "https://"))
     if not remote and "://" in source:
         scheme = source.split("://", 1)[0]
@@ -135,6 +145,39 @@ async def _open_s3(config: MountConfig) -> AsyncIterator[Source]:
         catalog = await _open(Place(config.source, PlaceKind.BUCKET, store), host)
         log.info("reading %s through a %d MiB block cache", store.url, config.cache_size >> 20)
         yield Source(catalog, cache, connection)
+
+
+def is_endpoint(source: str) -> bool:
+    """True if SOURCE names an HSDS service: an http(s) URL with no path (a
+    reference file's URL always has one)."""
+    parts = urlsplit(source)
+    return parts.scheme.lower() in ("http", "https") and parts.path in ("", "/") \
+        and not parts.query
+
+
+@asynccontextmanager
+async def _open_service(config: MountConfig) -> AsyncIterator[Source]:
+    """An HSDS service: the endpoint SOURCE names, or ``-o endpoint`` with SOURCE the
+    folder or domain path on it."""
+    if config.endpoint is not None:
+        endpoint, prefix = config.endpoint, config.source
+        if "://" in prefix or not prefix.startswith("/"):
+            raise SourceError(f"{prefix}: with -o endpoint, SOURCE is a folder or domain path "
+                              "on the service, such as / or /home/user/")
+    else:
+        endpoint, prefix = config.source, ""
+    endpoint = endpoint_url(endpoint)
+    options = ServiceOptions(endpoint, credentials(config, endpoint), timeout=config.timeout,
+                             max_metadata=config.max_metadata)
+    async with open_service(options) as service, AsyncExitStack() as stack:
+        host = _Host(config, stack)
+        place = Place(config.source, PlaceKind.SERVICE, service=service,
+                      prefix=prefix.strip("/"))
+        catalog = await _open(place, host)
+        who = options.credentials.username or ("an API key" if options.credentials.api_key
+                                               else "no credentials")
+        log.info("reading HSDS service %s as %s", endpoint, who)
+        yield Source(catalog)
 
 
 async def _open(place: Place, host: _Host) -> Catalog:

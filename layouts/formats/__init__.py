@@ -46,4 +46,7 @@ FORMATS: tuple[Format, ...] = (
     Format("HSDS bucket", frozenset({PlaceKind.DIRECTORY, PlaceKind.BUCKET}),
            hsds.probe_place, hsds.open_place,
            refusal="not an HSDS bucket (no db/ and no domain folders)"),
+    Format("HSDS service", frozenset({PlaceKind.SERVICE}),
+           hsds.service.probe_place, hsds.service.open_place,
+           refusal="not an HSDS service endpoint"),
 )

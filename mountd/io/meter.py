@@ -12,7 +12,8 @@ Owns two small measuring tools and the process-wide meters of storage:
   data they returned, the retries and the failures, and their latencies.
 - ``measured``: one store operation awaited and counted in a meter (the
   retry loop of remote stores and the local store use it).
-- ``STORES``: one meter per kind of storage (``local``, ``s3``, ``http``).
+- ``STORES``: one meter per kind of storage (``local``, ``s3``, ``http``, and
+  ``hsds`` for the requests to an HSDS service).
   They are process-wide, because a daemon serves one mount and every store
   of a kind feeds the same figures; the set of kinds is fixed, so they never
   grow.
@@ -131,4 +132,4 @@ async def measured(meter: StoreMeter, operation: Awaitable[T]) -> T:
 
 
 #: The meters of the process, by kind of storage.
-STORES: dict[str, StoreMeter] = {kind: StoreMeter() for kind in ("local", "s3", "http")}
+STORES: dict[str, StoreMeter] = {kind: StoreMeter() for kind in ("local", "s3", "http", "hsds")}

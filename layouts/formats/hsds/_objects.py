@@ -112,6 +112,10 @@ class ObjectBuilder:
     """Model objects from HSDS object JSON; subclasses say where committed types
     are read (``_type_doc``) and what reads a dataset's chunks (``_chunk_store``)."""
 
+    def _name(self, hid: _ids.HsdsId) -> str:
+        """What errors about the object ``hid`` name: its JSON's storage key."""
+        return hid.json_key()
+
     async def _type_doc(self, tid: _ids.HsdsId) -> dict[str, Any]:
         """The JSON document of the committed datatype ``tid``."""
         raise NotImplementedError
@@ -125,7 +129,7 @@ class ObjectBuilder:
                      modified: float) -> AnyObject:
         """The model object of ``hid`` from its JSON document (or summary entry),
         whose storage time is ``modified``."""
-        key = hid.json_key()
+        key = self._name(hid)
         if doc.get("id", hid.id) != hid.id:
             raise Corrupt(key, f"holds object {doc.get('id')!r}, not {hid.id}")
         try:

@@ -1,0 +1,379 @@
+"""An HSDS service endpoint as a ``Catalog``: the same tree as its bucket, over REST.
+
+Owns reading folders, domains and objects through a ``layouts.service.Service``
+(the HDF REST API of an HSDS service node, as the user the mount
+authenticates as, so the server applies its ACLs) and ``ServiceChunkStore``,
+which reads a dataset's chunks as decoded binary selections.
+
+Requests (HSDS 1.0.2's API):
+
+* a folder: ``GET /domains?domain=/FOLDER/`` in pages of ``FOLDER_PAGE``
+  (``Limit``, ``Marker``); the top folder is ``/``;
+* a domain or folder: ``GET /?domain=/PATH``: its root group id, owner and times;
+* an object: ``GET /groups/ID?include_links=1&include_attrs=1`` (and
+  ``/datasets/ID``, ``/datatypes/ID`` with ``include_attrs``), whose JSON is
+  the stored document plus fields the builder ignores, so
+  ``ObjectBuilder`` builds the same object as from the bucket. Its
+  ``modified`` is the object's ``lastModified`` as the server reports it;
+* a chunk: ``GET /datasets/ID/value?select=[a:b,...]`` with ``Accept:
+  application/octet-stream``, the chunk's part of the dataspace, which the
+  data nodes read and decode.
+
+What differs from a bucket mount, because the REST API does not show it:
+
+* The server lists no stored chunks, so a dataset directory lists every chunk
+  of its grid, and a chunk never written reads as the fill value (it is not
+  missing). ``.npy`` files and views are the same bytes either way.
+* Edge chunks come back cut at the dataspace's end; the store pads them to the
+  full chunk shape (fill bytes for fixed-size types, empty elements for
+  variable-length ones), as chunk files are always whole.
+* HSDS's domain summaries (``getobjs``) are not used: nothing over REST proves
+  a summary current (it is as old as the last scan, and writes since are not
+  shown), so every object is read on its own, many at once
+  (``OBJECT_CONCURRENCY``).
+* A dataset's chunks have no validators to list (``version`` is None), so
+  counts made of them are made again each ``metadata_ttl``.
+
+Errors come from the ``Service``: ``NotFound`` (ENOENT), ``Forbidden``
+(EACCES: the user may not read that domain), ``StorageError`` (EIO). A
+malformed answer is ``Corrupt`` naming the request.
+
+Concurrency: the catalog and its stores keep no mutable state, so any
+number of trio tasks may call them at once. Padding an edge chunk and
+re-encoding variable-length ones is done inline: they are at most one chunk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import numcodecs
+import numpy as np
+
+from layouts.bounds import check_json, valid_text
+from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, SourceError
+from layouts.formats.hsds import _ids
+from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, decode_chunk
+from layouts.formats.hsds._linked import linked_chunks
+from layouts.formats.hsds._objects import LINKED_LAYOUTS, DatasetParts, ObjectBuilder
+from layouts.gather import outcomes
+from layouts.hdf5 import MAX_VLEN_CHUNK_BYTES
+from layouts.model import (
+    AnyObject,
+    ChunkIndex,
+    ChunkStore,
+    Domain,
+    ElementType,
+    ObjectKind,
+    VlenKind,
+    fill_element,
+    in_chunk_grid,
+    no_version,
+    shared_grid,
+)
+from layouts.places import Host, Place, PlaceKind
+from layouts.service import Service
+
+log = logging.getLogger(__name__)
+
+#: Domains and folders asked for per page of a folder listing.
+FOLDER_PAGE = 1000
+#: Objects read at once by ``get_objects``.
+OBJECT_CONCURRENCY = 64
+#: Chunks read at once by ``read_many``.
+CHUNK_CONCURRENCY = 32
+
+_COLLECTIONS = {"g": "groups", "d": "datasets", "t": "datatypes"}
+#: Domain fields the root sidecar shows under ``domain``, as a bucket's
+#: ``.domain.json`` holds them.
+_DOMAIN_INFO = ("owner", "created", "lastModified")
+
+
+async def probe_place(place: Place) -> bool:
+    """True for a service place: the daemon made it from an endpoint URL."""
+    return place.kind is PlaceKind.SERVICE and place.service is not None
+
+
+async def open_place(place: Place, host: Host) -> ServiceCatalog:
+    """The catalog of the endpoint at ``place``: the whole service, the folder or
+    domain ``place.prefix`` names on it, or the one domain ``host.domain`` names.
+    ``SourceError`` with one line if the service refuses the mount's
+    credentials, or what is named is not there."""
+    assert place.service is not None
+    service, prefix = place.service, place.prefix.strip("/")
+    single = None if host.domain is None else host.domain.strip("/")
+    if single == "":
+        raise SourceError("--domain needs a domain path such as /home/user/file.h5")
+    try:
+        # The top folder and /about answer anyone; a folder listing needs credentials.
+        await ServiceCatalog(service).list_folder(prefix.rpartition("/")[0])
+        named = await ServiceCatalog(service).domain(prefix) if prefix else None
+        if named is not None and named.root_id is not None:
+            if single is not None:
+                raise SourceError(f"{place.location}: names a domain already; drop --domain")
+            parent, _, name = prefix.rpartition("/")
+            return ServiceCatalog(service, parent, single_domain=name)
+        catalog = ServiceCatalog(service, prefix, single_domain=single)
+        found = await catalog.domain(single) if single is not None else None
+    except NotFound:
+        raise SourceError(f"{place.location}: no such folder or domain "
+                          f"{'/' + (single or prefix)}") from None
+    except LayoutError as exc:
+        raise SourceError(f"{place.location}: {exc}") from exc
+    if single is not None and (found is None or found.root_id is None):
+        raise SourceError(f"{place.location}: {host.domain} is a folder, not a domain "
+                          "with a root group")
+    return catalog
+
+
+def _param(path: str) -> str:
+    """The ``domain`` parameter of a domain or folder path (``a/b``: ``/a/b``)."""
+    return "/" + path.strip("/").replace("//", "/")
+
+
+class ServiceCatalog(ObjectBuilder):
+    """A ``Catalog`` over an HSDS service (see the module docstring): the folder
+    ``base`` of it (``""``: all of it), or the one domain ``single_domain`` in it."""
+
+    supports_proof_ages = False
+
+    def __init__(self, service: Service, base: str = "", *,
+                 single_domain: str | None = None) -> None:
+        self._service = service
+        self._base = base.strip("/")
+        self._single = single_domain
+
+    @property
+    def single_domain(self) -> str | None:
+        return self._single
+
+    def drop(self) -> None:
+        """Nothing to forget: every answer is asked for anew once the caches let go."""
+
+    def _param(self, path: str) -> str:
+        """The ``domain`` parameter of ``path`` below the base folder."""
+        return _param(f"{self._base}/{path.strip('/')}")
+
+    async def list_folder(self, path: str) -> list[str]:
+        folder = self._param(path).rstrip("/") + "/"
+        names: list[str] = []
+        marker: str | None = None
+        while True:
+            params = {"domain": folder, "Limit": str(FOLDER_PAGE)}
+            if marker is not None:
+                params["Marker"] = marker
+            answer = await self._service.get_json("/domains", params)
+            page = answer.get("domains")
+            if not isinstance(page, list):
+                raise Corrupt(f"{self._service.url}/domains?domain={folder}",
+                              "the answer has no list of domains")
+            for item in page:
+                name = item.get("name") if isinstance(item, dict) else None
+                if not isinstance(name, str):
+                    continue
+                base = name.rstrip("/").rpartition("/")[2]
+                if base and valid_text(base):
+                    names.append(base)
+            if len(page) < FOLDER_PAGE:
+                return names
+            last = page[-1].get("name") if isinstance(page[-1], dict) else None
+            if not isinstance(last, str) or last == marker:
+                return names
+            marker = last
+
+    async def domain(self, path: str) -> Domain | None:
+        path = path.strip("/")
+        if not path:
+            return None
+        where = f"{self._service.url}/?domain={self._param(path)}"
+        answer = await self._service.get_json("/", {"domain": self._param(path)})
+        info = {k: answer[k] for k in _DOMAIN_INFO if k in answer}
+        try:
+            check_json(info, "domain")
+        except FormatError as exc:
+            raise Corrupt(where, str(exc)) from exc
+        modified = answer.get("lastModified")
+        modified = float(modified) if isinstance(modified, int | float) else None
+        root = answer.get("root")
+        if root is None:
+            return Domain(path=path, root_id=None, modified=modified, info=info)
+        try:
+            root_id = _ids.parse_id(root) if isinstance(root, str) else None
+        except _ids.BadId:
+            root_id = None
+        if root_id is None or root_id.kind is not ObjectKind.GROUP:
+            raise Corrupt(where, f"root is not a group id: {root!r}")
+        return Domain(path=path, root_id=root_id.id, modified=modified, info=info)
+
+    async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
+        try:
+            hid = _ids.parse_id(_ids.normalize_id(obj_id))
+        except _ids.BadId as exc:
+            raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+        params = {"domain": self._param(domain.path), "include_attrs": "1"}
+        if hid.prefix == "g":
+            params["include_links"] = "1"
+        doc = await self._service.get_json(f"/{_COLLECTIONS[hid.prefix]}/{hid.id}", params)
+        stamp = doc.get("lastModified")
+        modified = float(stamp) if isinstance(stamp, int | float) else 0.0
+        return await _InDomain(self._service, params["domain"])._build(hid, doc, modified)
+
+    async def get_objects(self, domain: Domain, obj_ids: Sequence[str]
+                          ) -> list[AnyObject | LayoutError]:
+        async def one(obj_id: str) -> AnyObject:
+            return await self.get_object(domain, obj_id)
+        return await outcomes(one, obj_ids, OBJECT_CONCURRENCY)
+
+
+class _InDomain(ObjectBuilder):
+    """The builder for the objects of one domain: it knows the ``domain``
+    parameter its requests send."""
+
+    def __init__(self, service: Service, domain: str) -> None:
+        self._service = service
+        self._domain = domain
+
+    def _name(self, hid: _ids.HsdsId) -> str:
+        return f"{self._service.url}/{_COLLECTIONS[hid.prefix]}/{hid.id}?domain={self._domain}"
+
+    async def _type_doc(self, tid: _ids.HsdsId) -> dict[str, Any]:
+        return await self._service.get_json(f"/datatypes/{tid.id}", {"domain": self._domain})
+
+    def _chunk_store(self, parts: DatasetParts) -> tuple[ChunkStore, tuple[int, ...]]:
+        chunks = parts.chunks
+        cls = parts.layout.get("class")
+        if cls in LINKED_LAYOUTS and parts.shape:
+            chunks = linked_chunks(cls, parts.shape, parts.etype, chunks)
+        return ServiceChunkStore(self._service, self._domain, parts.hid.id, parts.shape,
+                                 ChunkSpec(htype=parts.htype, etype=parts.etype, chunks=chunks,
+                                           plan=FilterPlan()),
+                                 fill=parts.fill), chunks
+
+
+class ServiceChunkStore:
+    """The chunks of one dataset, read as binary selections of the service.
+
+    ``shape`` is None for an ``H5S_NULL`` dataset (no chunks) and ``()`` for a
+    scalar (one chunk, ``(0,)``, read whole). Every chunk of the grid is
+    listed, and reads: a chunk the server never stored reads as fill.
+    """
+
+    __slots__ = ("_domain", "_dset", "_fill", "_grid", "_service", "_shape", "_spec")
+
+    def __init__(self, service: Service, domain: str, dset_id: str,
+                 shape: tuple[int, ...] | None, spec: ChunkSpec, *, fill: Any) -> None:
+        self._service = service
+        self._domain = domain
+        self._dset = dset_id
+        self._shape = shape
+        self._spec = spec
+        self._fill = fill
+        if shape is None:
+            self._grid: tuple[int, ...] | None = None
+        elif shape == ():
+            self._grid = (1,)
+        else:
+            self._grid = shared_grid(shape, spec.chunks)
+
+    version = no_version
+
+    def _in_grid(self, index: Sequence[int]) -> bool:
+        return self._grid is not None and in_chunk_grid(index, self._grid)
+
+    async def exists(self, index: ChunkIndex) -> bool:
+        return self._in_grid(index)
+
+    def listing_ready(self) -> bool:
+        return True
+
+    async def iter_stored(self) -> AsyncIterator[ChunkIndex]:
+        if self._grid is None:
+            return
+        for index in itertools.product(*(range(n) for n in self._grid)):
+            yield index
+
+    async def read_many(self, indices: Sequence[ChunkIndex]
+                        ) -> Sequence[bytes | LayoutError | None]:
+        return await outcomes(self.read, indices, CHUNK_CONCURRENCY)
+
+    async def read(self, index: ChunkIndex) -> bytes | None:
+        if not self._in_grid(index) or self._shape is None:
+            return None
+        spec = self._spec
+        params = {"domain": self._domain}
+        if self._shape:
+            stops = [min((i + 1) * c, n)
+                     for i, c, n in zip(index, spec.chunks, self._shape, strict=True)]
+            starts = [i * c for i, c in zip(index, spec.chunks, strict=True)]
+            params["select"] = "[" + ",".join(f"{a}:{b}" for a, b in
+                                              zip(starts, stops, strict=True)) + "]"
+            part = tuple(b - a for a, b in zip(starts, stops, strict=True))
+        else:
+            part = ()
+        path = f"/datasets/{self._dset}/value"
+        where = f"{self._service.url}{path}?domain={self._domain}&select={params.get('select', '')}"
+        etype = spec.etype
+        if etype.vlen is None:
+            expected = math.prod(part) * etype.itemsize
+            data = await self._service.get_binary(path, params, expected)
+            if len(data) != expected:
+                raise Corrupt(where, f"the selection has {len(data)} bytes, expected {expected}")
+            full = spec.chunks if self._shape else ()
+            return data if part == full else _pad_fixed(data, part, full, etype, self._fill)
+        data = await self._service.get_binary(path, params, MAX_VLEN_CHUNK_BYTES)
+        part_spec = ChunkSpec(htype=spec.htype, etype=etype, chunks=part, plan=FilterPlan())
+        encoded = decode_chunk(data, part_spec, where)
+        if not self._shape or part == spec.chunks:
+            return encoded
+        return _pad_vlen(encoded, part, spec.chunks, etype, where)
+
+
+def _pad_fixed(data: bytes, part: tuple[int, ...], full: tuple[int, ...],
+               etype: ElementType, fill: Any) -> bytes:
+    """The elements of ``part`` (C order) at the start of every dimension of a
+    chunk of shape ``full``, the rest the fill value."""
+    size = etype.itemsize
+    out = np.frombuffer(fill_element(etype, fill) * math.prod(full), dtype=np.uint8).copy()
+    grid = out.reshape((*full, size))
+    grid[tuple(slice(0, n) for n in part)] = np.frombuffer(data, dtype=np.uint8).reshape(
+        (*part, size))
+    return out.tobytes()
+
+
+def _codec(etype: ElementType) -> Any:
+    """The numcodecs codec of a variable-length type's chunk files."""
+    kind = etype.vlen
+    if kind is VlenKind.UTF8:
+        return numcodecs.VLenUTF8()
+    if kind is VlenKind.BYTES:
+        return numcodecs.VLenBytes()
+    if kind is VlenKind.ARRAY:
+        return numcodecs.VLenArray(etype.vlen_base)
+    return numcodecs.JSON()
+
+
+_EMPTY: Mapping[VlenKind | None, Any] = {VlenKind.UTF8: "", VlenKind.BYTES: b""}
+
+
+def _pad_vlen(encoded: bytes, part: tuple[int, ...], full: tuple[int, ...],
+              etype: ElementType, where: str) -> bytes:
+    """Chunk-file bytes of ``part`` elements padded to a whole chunk with empty ones."""
+    codec = _codec(etype)
+    try:
+        values = codec.decode(encoded)
+    except (ValueError, TypeError) as exc:
+        raise Corrupt(where, f"bad variable-length values: {exc}") from exc
+    out = np.empty(math.prod(full), dtype=object)
+    empty = _EMPTY.get(etype.vlen)
+    if etype.vlen is VlenKind.ARRAY:
+        empty = np.zeros(0, dtype=etype.vlen_base)
+    for i in range(out.size):
+        out[i] = empty
+    grid = out.reshape(full)
+    grid[tuple(slice(0, n) for n in part)] = np.asarray(values, dtype=object).reshape(part)
+    return bytes(codec.encode(grid if etype.vlen is VlenKind.JSON else out))
+
