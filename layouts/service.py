@@ -20,7 +20,7 @@ may call them at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class Service(Protocol):
@@ -31,8 +31,9 @@ class Service(Protocol):
         """The endpoint, for logs and messages."""
         ...
 
-    async def get_json(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        """The JSON object ``GET path?params`` answers."""
+    async def get_json(self, path: str, params: Mapping[str, str]) -> bytes:
+        """The JSON document ``GET path?params`` answers, unparsed (the format
+        parses it: HSDS writes ``NaN`` and integers past 64 bits)."""
         ...
 
     async def get_binary(self, path: str, params: Mapping[str, str], limit: int) -> bytes:

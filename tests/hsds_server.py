@@ -314,6 +314,7 @@ class HsdsServer:
     after a domain's last change HSDS's background scan writes its
     ``.info.json``/``.summary.json`` (a large value keeps a domain "freshly
     loaded", without the summary that lets h5pyd fetch all metadata at once).
+    ``users`` (name: password) are accepted besides ``admin``, from a password file.
     Use as a context manager; ``stop()`` always runs on exit, also after an error.
     Node logs go to ``log_dir`` (``dn.log``, ``sn.log``); without a ``log_dir`` a
     temporary one is made and removed on a clean exit, kept after an error.
@@ -328,6 +329,7 @@ class HsdsServer:
         startup_timeout: float = 60.0,
         log_dir: Path | None = None,
         scan_wait: float = 2.0,
+        users: Mapping[str, str] | None = None,
     ) -> None:
         if (root_dir is None) == (s3 is None):
             raise ValueError("give either root_dir (POSIX storage) or s3 (S3 storage)")
@@ -343,6 +345,7 @@ class HsdsServer:
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._log_files: dict[str, Path] = {}
         self._folders_made: set[str] = set()
+        self.users = dict(users or {})
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -403,6 +406,17 @@ class HsdsServer:
         if self.s3 is not None:
             extra.update(self.s3.node_env())
         return clean_env(extra)
+
+    def _password_file(self) -> str:
+        """The service node's password file: ``admin`` and ``users``, or none
+        (``""``) when there are no other users, as the launcher runs it."""
+        if not self.users:
+            return ""
+        path = self.log_dir / "passwd.txt"
+        lines = [f"{name}:{password}" for name, password in
+                 {ADMIN_USER: ADMIN_PASSWORD, **self.users}.items()]
+        path.write_text("\n".join(lines) + "\n")
+        return str(path)
 
     def _spawn(self, name: str, args: list[str]) -> None:
         log_path = self.log_dir / f"{name}.log"
@@ -492,7 +506,7 @@ class HsdsServer:
                 f"--hs_username={ADMIN_USER}",
                 f"--hs_password={ADMIN_PASSWORD}",
                 f"--admin_user={ADMIN_USER}",
-                "--password_file=",
+                f"--password_file={self._password_file()}",
                 *storage,
             ],
         )

@@ -90,8 +90,12 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 def timeless_sidecar(path: Path) -> dict[str, Any] | None:
     """A sidecar's document without its storage time; None for any other file
-    (told by content: a long name is cut and hashed, ``.json`` and all)."""
-    raw = path.read_bytes()
+    (told by content: a long name is cut and hashed, ``.json`` and all), or
+    for a file that cannot be read."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
     if not raw.startswith(b"{"):
         return None
     try:

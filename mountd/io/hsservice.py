@@ -34,15 +34,14 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import httpx
-import orjson
 import trio
 
 from layouts.storage import DEFAULT_MAX_METADATA, too_large
-from mountd.errors import Corrupt, Forbidden, MountError, NotFound, SourceError, StorageError
+from mountd.errors import Forbidden, MountError, NotFound, SourceError, StorageError
 from mountd.io.http import USER_AGENT, read_bigger, tls_failure
 from mountd.io.meter import STORES
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
@@ -146,16 +145,9 @@ class HsdsService:
     def _where(self, path: str, params: Mapping[str, str]) -> str:
         return f"{self.endpoint}{path}?{urlencode(params)}" if params else self.endpoint + path
 
-    async def get_json(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+    async def get_json(self, path: str, params: Mapping[str, str]) -> bytes:
         where = self._where(path, params)
-        body = await self._call(where, lambda: self._get(where, {}, self._max_metadata))
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise Corrupt(where, f"the answer is not JSON: {exc}") from exc
-        if not isinstance(doc, dict):
-            raise Corrupt(where, f"the answer is a JSON {type(doc).__name__}, not an object")
-        return doc
+        return await self._call(where, lambda: self._get(where, {}, self._max_metadata))
 
     async def get_binary(self, path: str, params: Mapping[str, str], limit: int) -> bytes:
         where = self._where(path, params)

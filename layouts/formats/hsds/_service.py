@@ -9,7 +9,9 @@ Requests (HSDS 1.0.2's API):
 
 * a folder: ``GET /domains?domain=/FOLDER/`` in pages of ``FOLDER_PAGE``
   (``Limit``, ``Marker``); the top folder is ``/``;
-* a domain or folder: ``GET /?domain=/PATH``: its root group id, owner and times;
+* a domain or folder: ``GET /?domain=/PATH``: its root group id, owner and
+  times, and ``GET /acls?domain=/PATH`` for its ACLs (left out where the
+  user may not read them);
 * an object: ``GET /groups/ID?include_links=1&include_attrs=1`` (and
   ``/datasets/ID``, ``/datatypes/ID`` with ``include_attrs``), whose JSON is
   the stored document plus fields the builder ignores, so
@@ -33,6 +35,11 @@ What differs from a bucket mount, because the REST API does not show it:
   (``OBJECT_CONCURRENCY``).
 * A dataset's chunks have no validators to list (``version`` is None), so
   counts made of them are made again each ``metadata_ttl``.
+* HSDS 1.0.2 stores a dataset filtered with byte shuffle and no compressor
+  unshuffled, and its reader then unshuffles what it serves by mistake
+  (``_chunks``). A whole chunk is put right here by shuffling it again; an
+  edge chunk, which the server cuts after its mistake, cannot be, and gives
+  ``Corrupt`` (EIO) rather than wrong bytes.
 
 Errors come from the ``Service``: ``NotFound`` (ENOENT), ``Forbidden``
 (EACCES: the user may not read that domain), ``StorageError`` (EIO). A
@@ -50,16 +57,17 @@ import logging
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 import numcodecs
 import numpy as np
 
 from layouts.bounds import check_json, valid_text
-from layouts.errors import Corrupt, FormatError, LayoutError, NotFound, SourceError
+from layouts.errors import Corrupt, Forbidden, FormatError, LayoutError, NotFound, SourceError
 from layouts.formats.hsds import _ids
-from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, decode_chunk
+from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, decode_chunk, filter_plan
 from layouts.formats.hsds._linked import linked_chunks
-from layouts.formats.hsds._objects import LINKED_LAYOUTS, DatasetParts, ObjectBuilder
+from layouts.formats.hsds._objects import LINKED_LAYOUTS, DatasetParts, ObjectBuilder, load_json
 from layouts.gather import outcomes
 from layouts.hdf5 import MAX_VLEN_CHUNK_BYTES
 from layouts.model import (
@@ -130,6 +138,12 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
     return catalog
 
 
+async def _answer(service: Service, path: str, params: Mapping[str, str]) -> dict[str, Any]:
+    """The JSON object ``GET path?params`` answers; ``Corrupt`` if it is not one."""
+    raw = await service.get_json(path, params)
+    return load_json(f"{service.url}{path}?{urlencode(params)}", raw)
+
+
 def _param(path: str) -> str:
     """The ``domain`` parameter of a domain or folder path (``a/b``: ``/a/b``)."""
     return "/" + path.strip("/").replace("//", "/")
@@ -166,7 +180,7 @@ class ServiceCatalog(ObjectBuilder):
             params = {"domain": folder, "Limit": str(FOLDER_PAGE)}
             if marker is not None:
                 params["Marker"] = marker
-            answer = await self._service.get_json("/domains", params)
+            answer = await _answer(self._service, "/domains", params)
             page = answer.get("domains")
             if not isinstance(page, list):
                 raise Corrupt(f"{self._service.url}/domains?domain={folder}",
@@ -190,8 +204,12 @@ class ServiceCatalog(ObjectBuilder):
         if not path:
             return None
         where = f"{self._service.url}/?domain={self._param(path)}"
-        answer = await self._service.get_json("/", {"domain": self._param(path)})
+        answer = await _answer(self._service, "/", {"domain": self._param(path)})
         info = {k: answer[k] for k in _DOMAIN_INFO if k in answer}
+        acls = await self._acls(path)
+        if acls is not None:  # where a bucket's .domain.json keeps them: after the owner
+            info = {**({"owner": info.pop("owner")} if "owner" in info else {}),
+                    "acls": acls, **info}
         try:
             check_json(info, "domain")
         except FormatError as exc:
@@ -209,6 +227,20 @@ class ServiceCatalog(ObjectBuilder):
             raise Corrupt(where, f"root is not a group id: {root!r}")
         return Domain(path=path, root_id=root_id.id, modified=modified, info=info)
 
+    async def _acls(self, path: str) -> dict[str, Any] | None:
+        """The ACLs of a domain or folder, by user, as a bucket's ``.domain.json``
+        keeps them; None if the mount's user may not read them (``readACL``)."""
+        try:
+            answer = await _answer(self._service, "/acls", {"domain": self._param(path)})
+        except Forbidden:
+            return None
+        entries = answer.get("acls")
+        if not isinstance(entries, list):
+            return None
+        return {entry["userName"]: {k: v for k, v in entry.items() if k != "userName"}
+                for entry in entries
+                if isinstance(entry, dict) and isinstance(entry.get("userName"), str)}
+
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
         try:
             hid = _ids.parse_id(_ids.normalize_id(obj_id))
@@ -217,7 +249,7 @@ class ServiceCatalog(ObjectBuilder):
         params = {"domain": self._param(domain.path), "include_attrs": "1"}
         if hid.prefix == "g":
             params["include_links"] = "1"
-        doc = await self._service.get_json(f"/{_COLLECTIONS[hid.prefix]}/{hid.id}", params)
+        doc = await _answer(self._service, f"/{_COLLECTIONS[hid.prefix]}/{hid.id}", params)
         stamp = doc.get("lastModified")
         modified = float(stamp) if isinstance(stamp, int | float) else 0.0
         return await _InDomain(self._service, params["domain"])._build(hid, doc, modified)
@@ -241,17 +273,19 @@ class _InDomain(ObjectBuilder):
         return f"{self._service.url}/{_COLLECTIONS[hid.prefix]}/{hid.id}?domain={self._domain}"
 
     async def _type_doc(self, tid: _ids.HsdsId) -> dict[str, Any]:
-        return await self._service.get_json(f"/datatypes/{tid.id}", {"domain": self._domain})
+        return await _answer(self._service, f"/datatypes/{tid.id}", {"domain": self._domain})
 
     def _chunk_store(self, parts: DatasetParts) -> tuple[ChunkStore, tuple[int, ...]]:
         chunks = parts.chunks
         cls = parts.layout.get("class")
         if cls in LINKED_LAYOUTS and parts.shape:
             chunks = linked_chunks(cls, parts.shape, parts.etype, chunks)
+        plan = filter_plan(parts.filters)
         return ServiceChunkStore(self._service, self._domain, parts.hid.id, parts.shape,
                                  ChunkSpec(htype=parts.htype, etype=parts.etype, chunks=chunks,
                                            plan=FilterPlan()),
-                                 fill=parts.fill), chunks
+                                 fill=parts.fill,
+                                 reshuffle=plan.shuffle and not plan.compressed), chunks
 
 
 class ServiceChunkStore:
@@ -262,11 +296,14 @@ class ServiceChunkStore:
     listed, and reads: a chunk the server never stored reads as fill.
     """
 
-    __slots__ = ("_domain", "_dset", "_fill", "_grid", "_service", "_shape", "_spec")
+    __slots__ = ("_domain", "_dset", "_fill", "_grid", "_reshuffle", "_service", "_shape",
+                 "_spec")
 
     def __init__(self, service: Service, domain: str, dset_id: str,
-                 shape: tuple[int, ...] | None, spec: ChunkSpec, *, fill: Any) -> None:
+                 shape: tuple[int, ...] | None, spec: ChunkSpec, *, fill: Any,
+                 reshuffle: bool = False) -> None:
         self._service = service
+        self._reshuffle = reshuffle and spec.etype.fixed_size and spec.etype.itemsize > 1
         self._domain = domain
         self._dset = dset_id
         self._shape = shape
@@ -323,6 +360,13 @@ class ServiceChunkStore:
             if len(data) != expected:
                 raise Corrupt(where, f"the selection has {len(data)} bytes, expected {expected}")
             full = spec.chunks if self._shape else ()
+            if self._reshuffle:
+                if part != full:
+                    raise Corrupt(where, "HSDS 1.0.2 serves a dataset stored with byte shuffle "
+                                         "and no compressor unshuffled by mistake; its edge "
+                                         "chunks cannot be put right over REST (a mount of "
+                                         "the bucket itself reads them)")
+                return bytes(numcodecs.Shuffle(etype.itemsize).encode(data))
             return data if part == full else _pad_fixed(data, part, full, etype, self._fill)
         data = await self._service.get_binary(path, params, MAX_VLEN_CHUNK_BYTES)
         part_spec = ChunkSpec(htype=spec.htype, etype=etype, chunks=part, plan=FilterPlan())
