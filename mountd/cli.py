@@ -40,7 +40,14 @@ SOURCE is one of
     a .lindi.d directory. The mount root is the file's root group. Its refs
     may point into local files (read from disk) or http(s) URLs (read with
     HTTP Range requests). A reference file fetched over http(s) may not
-    read local files unless -o allow_local_refs is given (EACCES).
+    read local files unless -o allow_local_refs is given (EACCES);
+  - an HSDS service endpoint, http(s)://HOST[:PORT] with no path (or any
+    folder or domain path on it, such as /home/u/, with -o endpoint=URL),
+    read through its REST API as the user -o hs_username= and
+    hs_password_file=, HS_USERNAME/HS_PASSWORD/HS_API_KEY or ~/.hscfg
+    name; the server's ACLs decide what that user reads (EACCES). A dataset
+    directory lists every chunk of its grid there, unstored ones reading as
+    the fill value.
 Remote reads (S3, http) go through a block cache (-o cache_size, and
 -o cache_dir for a persistent one) with sequential readahead, and are
 retried on throttling, 5xx and resets for at most -o timeout seconds.
@@ -104,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="h5mount", description=DESCRIPTION, epilog=options_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", metavar="SOURCE",
-                        help="HSDS bucket directory, s3://BUCKET[/PREFIX], or a LINDI/kerchunk "
+                        help="HSDS bucket directory, s3://BUCKET[/PREFIX], an HSDS service "
+                             "endpoint http(s)://HOST[:PORT], or a LINDI/kerchunk "
                              "reference file (path or http(s) URL)")
     parser.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing empty directory")
     parser.add_argument("-f", "--foreground", action="store_true",
@@ -112,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", dest="options", action="append", default=[], metavar="OPTIONS",
                         help="mount options, see below")
     parser.add_argument("--domain", metavar="PATH",
-                        help="HSDS buckets only: mount just this domain (e.g. /home/u/f.h5); "
+                        help="HSDS buckets and services only: mount just this domain "
+                             "(e.g. /home/u/f.h5); "
                              "the mount root is its root group, with its sidecar at .root.json")
     s3 = parser.add_argument_group("S3 sources")
     s3.add_argument("--endpoint-url", metavar="URL",
