@@ -34,6 +34,7 @@ from tests.conftest import HSDS_BUCKET
 from tests.faultproxy import FaultProxy
 from tests.h5compare import expected_chunk
 from tests.hsds_server import ADMIN_PASSWORD, ADMIN_USER, HsdsServer
+from tests.http_server import RangeHttpServer
 from tests.mounting import fuse_available, mounted, run_h5mount
 from tests.test_mount_s3 import snapshot, timeless_sidecar
 
@@ -330,3 +331,14 @@ def test_a_dead_server_gives_eio_within_timeout(proxy: FaultProxy, tmp_path: Pat
             (mp / GRID / "1.1.1").read_bytes()
         assert caught.value.errno == errno.EIO
         assert time.monotonic() - started < 4 + 6
+
+
+def test_a_url_that_is_no_service_is_refused(tmp_path: Path) -> None:
+    """An http URL with no path is taken for an endpoint; a server that is not
+    HSDS refuses the mount with one line, as an unreadable source does."""
+    (tmp_path / "mp").mkdir()
+    with RangeHttpServer(tmp_path) as web:
+        proc = run_h5mount(web.url, str(tmp_path / "mp"))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not an HSDS service endpoint" in lines[0], lines

@@ -117,7 +117,19 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
     if single == "":
         raise SourceError("--domain needs a domain path such as /home/user/file.h5")
     try:
-        # The top folder and /about answer anyone; a folder listing needs credentials.
+        about = await _answer(service, "/about", {})
+    except NotFound:
+        raise SourceError(f"{place.location}: not an HSDS service endpoint "
+                          "(GET /about answers 404)") from None
+    except LayoutError as exc:
+        raise SourceError(f"{place.location}: not an HSDS service endpoint "
+                          f"(GET /about: {exc})") from exc
+    if "hsds_version" not in about:
+        raise SourceError(f"{place.location}: not an HSDS service endpoint "
+                          "(GET /about names no hsds_version)")
+    log.debug("%s runs HSDS %s", service.url, about["hsds_version"])
+    try:
+        # The credentials are checked by the first request that needs them.
         await ServiceCatalog(service).list_folder(prefix.rpartition("/")[0])
         named = await ServiceCatalog(service).domain(prefix) if prefix else None
         if named is not None and named.root_id is not None:
