@@ -244,3 +244,31 @@ def test_mount_without_ro_is_refused(namespace: Namespace) -> None:
     assert done.returncode != 0
     assert "option rw is not supported" in done.stderr and "add ro" in done.stderr
     assert not os.path.ismount(mp) and not daemon_pids(mp)
+
+
+@pytest.mark.hsds
+@pytest.mark.server
+def test_fstab_line_of_an_hsds_service(namespace: Namespace, tmp_path: Path,
+                                       sample_npy: dict[str, bytes]) -> None:
+    """An fstab line mounting a folder of an HSDS service (``-o endpoint=``), its
+    password in a file: mount(8) clears HOME, so ``~/.hscfg`` is no help there."""
+    from tests.hsds_server import ADMIN_PASSWORD, ADMIN_USER, HsdsServer  # noqa: PLC0415
+
+    shutil.copytree(SAMPLE, tmp_path / "root" / "sample", symlinks=True)
+    secret = tmp_path / "password"
+    secret.write_text(ADMIN_PASSWORD + "\n")
+    mp = namespace.mountpoint
+    log_file = tmp_path / "h5mount.log"
+    fstab = tmp_path / "fstab"
+    with HsdsServer(tmp_path / "root", "sample", log_dir=tmp_path / "logs",
+                    scan_wait=3600) as server:
+        fstab.write_text(f"/home/admin/  {mp}  fuse.h5mount  ro,nofail,_netdev,noauto,"
+                         f"endpoint={server.endpoint},hs_username={ADMIN_USER},"
+                         f"hs_password_file={secret},log_level=info,log_file={log_file}  0 0\n")
+        done = namespace.run("mount", "--fstab", fstab, mp)
+        assert done.returncode == 0, done.stderr
+        info = mountinfo(mp)
+        assert (info.fstype, info.source) == ("fuse.h5mount", "/home/admin"), info
+        for relative, want in sample_npy.items():
+            assert (mp / relative.removeprefix("home/admin/")).read_bytes() == want, relative
+        unmount_and_check_gone(mp, log_file)

@@ -241,24 +241,26 @@ def test_hscfg_credentials_and_no_secret_shown(service: HsdsServer, tmp_path: Pa
     home = tmp_path / "home"
     home.mkdir()
     (home / ".hscfg").write_text(f"# h5pyd\nhs_endpoint = {service.endpoint}\n"
-                                 f"hs_username = {ADMIN_USER}\nhs_password = {ADMIN_PASSWORD}z\n")
+                                 f"hs_username = {READER}\nhs_password = {READER_PASSWORD}z\n")
     log = tmp_path / "daemon.log"
     (tmp_path / "mp").mkdir()
-    # The admin's password with a suffix: the server refuses it...
+    # The reader's password with a suffix: the server refuses it...
     proc = run_h5mount(service.endpoint, str(tmp_path / "mp"), env={"HOME": str(home)})
     assert proc.returncode == 1 and "credentials" in proc.stderr, proc.stderr
+    assert READER_PASSWORD not in proc.stderr
     # ... and the right one logs in.
     (home / ".hscfg").write_text(f"hs_endpoint = {service.endpoint}\n"
-                                 f"hs_username = {ADMIN_USER}\nhs_password = {ADMIN_PASSWORD}\n")
+                                 f"hs_username = {READER}\nhs_password = {READER_PASSWORD}\n")
     with mounted(service.endpoint, tmp_path / "mp", "-o", f"log_file={log},log_level=DEBUG",
                  env={"HOME": str(home)}) as mp:
         assert (mp / READABLE / "misc/bool.npy").read_bytes()
         config = (mp / ".h5mount/config.json").read_text()
-    text = log.read_text() + config
-    assert "GET " in log.read_text()
-    token = base64.b64encode(f"{ADMIN_USER}:{ADMIN_PASSWORD}".encode()).decode()
-    assert token not in text
-    assert f"hs_password = {ADMIN_PASSWORD}" not in text
+        stats = (mp / ".h5mount/stats.json").read_text()
+    logged = log.read_text()
+    assert "GET " in logged and READER in logged
+    token = base64.b64encode(f"{READER}:{READER_PASSWORD}".encode()).decode()
+    for text in (logged, config, stats):
+        assert READER_PASSWORD not in text and token not in text
 
 
 def test_credentials_go_only_to_their_endpoint(tmp_path: Path) -> None:
