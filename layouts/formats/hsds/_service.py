@@ -132,18 +132,19 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
         # The credentials are checked by the first request that needs them.
         await ServiceCatalog(service).list_folder(prefix.rpartition("/")[0])
         named = await ServiceCatalog(service).domain(prefix) if prefix else None
-        if named is not None and named.root_id is not None:
-            if single is not None:
-                raise SourceError(f"{place.location}: names a domain already; drop --domain")
-            parent, _, name = prefix.rpartition("/")
-            return ServiceCatalog(service, parent, single_domain=name)
+        is_domain = named is not None and named.root_id is not None
         catalog = ServiceCatalog(service, prefix, single_domain=single)
-        found = await catalog.domain(single) if single is not None else None
+        found = await catalog.domain(single) if single is not None and not is_domain else None
     except NotFound:
         raise SourceError(f"{place.location}: no such folder or domain "
                           f"{'/' + (single or prefix)}") from None
     except LayoutError as exc:
         raise SourceError(f"{place.location}: {exc}") from exc
+    if is_domain:
+        if single is not None:
+            raise SourceError(f"{place.location}: names a domain already; drop --domain")
+        parent, _, name = prefix.rpartition("/")
+        return ServiceCatalog(service, parent, single_domain=name)
     if single is not None and (found is None or found.root_id is None):
         raise SourceError(f"{place.location}: {host.domain} is a folder, not a domain "
                           "with a root group")
