@@ -37,9 +37,11 @@ unmounted with ``fusermount3 -u`` and every HSDS stopped when its run ends,
 also on errors, Ctrl-C and SIGTERM (the nodes also die with the driver).
 
 The first run builds the data (``bench.data`` and ``bench.walkdata``, cached
-under ``/var/tmp/h5mount-bench``): several minutes each. Then a run of every
-group with ``--repeat 1`` takes about 3 minutes. Run from the repository root,
-as root (for drop_caches)::
+under ``/var/tmp/h5mount-bench``): several minutes each (``bench.walkdata``
+about 13 here, most of it HSDS scanning walk100k.h5 and folder20/, which this
+benchmark does not read). Then a run of every group takes about 3 minutes with
+``--repeat 1`` and 8 with ``--repeat 3``. Run from the repository root, as root
+(for drop_caches)::
 
     .venv/bin/python -m bench.bench_service [--cases cat,cat2dn,find] [--repeat 1] \\
         [-o OPTIONS] [--no-doc]
@@ -93,7 +95,7 @@ NO_SCAN = walkdata.NO_SCAN
 #: least this many times faster than ``visititems``.
 CAT_MIN = 2.0
 FIND_MIN = 5.0
-#: How each h5pyd peer runs: ``python -c PEER WHAT ENDPOINT DOMAIN [DATASET]``.
+#: How each h5pyd peer runs: ``python -c PEER WHAT DOMAIN [DATASET] ENDPOINT``.
 PEER = "import sys; from bench.bench_service import peer_main; peer_main(sys.argv[1:])"
 #: What marks one request in a service node's log.
 REQUEST_MARK = b" REQ> "
@@ -120,6 +122,10 @@ class ServiceCase(Case):
     received: list[int] = field(default_factory=list)
     listed: list[int] = field(default_factory=list)
     bound: float | None = None
+    #: Share of the machine's CPUs busy (every process) during each mount run.
+    machine: list[float] = field(default_factory=list)
+    #: The latency figures of the daemon's HSDS requests, last run (a note).
+    latency_note: str = ""
 
     @property
     def value(self) -> float | None:
@@ -430,9 +436,16 @@ def measure(run: Run, case: ServiceCase, argv: Sequence[str], server: HsdsServer
         if hsds.get("retries") or hsds.get("failures"):
             _note_once(case, f"the daemon's HSDS requests so far had {hsds['retries']} "
                        f"retries and {hsds['failures']} failures")
+        latency = hsds["latency"]
+        case.latency_note = (f"latency of the daemon's HSDS requests over its mount's life "
+                             f"(last run, {latency['count']:,} requests): p50 "
+                             f"{latency['p50_ms']:.0f} ms, p90 {latency['p90_ms']:.0f} ms, "
+                             f"max {latency['max_ms']:.0f} ms")
     else:
         _note_once(case, "the daemon wrote no stats document on SIGUSR1")
     _record_cpu(case, watch, watch.own["cat"])
+    busy = sum(watch.own.values()) + watch.other_seconds
+    case.machine.append(busy / watch.wall / len(os.sched_getaffinity(0)))
     case.seconds.append(seconds)
     case.status = "ok"
     return out
@@ -793,6 +806,23 @@ def report_notes(run: Run) -> list[str]:
         labels = [case.label for case in run.cases.values() if busy in case.notes]
         if labels:
             notes.append(f"Runs of {', '.join(labels)} {what}.")
+    peer_requests = {
+        "h5pyd": "h5pyd asks for the whole selection in one `GET /datasets/ID/value` "
+                 "(besides `GET /about` and `GET /` of the domain), which HSDS answers in one "
+                 "stream, while the mount asks for each chunk on its own "
+                 "(`select=[..]`, 32 in flight)",
+        "visit": "h5pyd opens a domain with `getobjs=1` (`h5pyd.File`'s default), so its "
+                 "`GET /` of the domain brings every object of it from the domain's "
+                 "`.summary.json` (walk10k.h5 is scanned), and `visititems` sends nothing "
+                 "more; the mount reads every object with a request of its own (64 in "
+                 "flight), as `layouts/formats/hsds/_service.py` says it does, since nothing "
+                 "over REST proves a summary current",
+    }
+    for key, why in peer_requests.items():
+        case = run.cases[key]
+        if case.status == "ok" and case.received:
+            notes.append(f"{case.label}: the service node received "
+                         f"{_median_int(case.received)} requests per run: {why}.")
     for case in run.cases.values():
         notes.extend(f"{case.label}: {note}" for note in case.notes
                      if note not in (BUSY_START, BUSY_DURING))
@@ -801,6 +831,12 @@ def report_notes(run: Run) -> list[str]:
             parts = ", ".join(f"{name[5:]} {case.cpu_median(name) or 0.0:.2f}"
                               for name in nodes)
             notes.append(f"{case.label}: HSDS CPU seconds by node (medians): {parts}")
+        if case.machine and case.status == "ok":
+            notes.append(f"{case.label}: the machine's CPUs were "
+                         f"{100 * statistics.median(case.machine):.0f}% busy during the "
+                         "command (median; every process, from `/proc/stat`)")
+        if case.latency_note and case.status == "ok":
+            notes.append(f"{case.label}: {case.latency_note}")
         if case.listed and case.status == "ok":
             what = "lines of `find`" if case.key == "find" else "objects visited"
             notes.append(f"{case.label}: {what}: "
@@ -816,7 +852,8 @@ def report_section(run: Run, command: str, started: datetime.datetime,
         *bench_npy.section_head(SECTION_START, TITLE, started=started, seconds=seconds,
                                 command=command, facts=machine_facts()),
         f"`median` is over the runs of a case (`--repeat {run.repeat}`); `range` is the "
-        "slowest and fastest run. Every ratio is against a peer measured in the same run.",
+        "lowest and highest value of its runs. Every ratio is against a peer measured in "
+        "the same run.",
         "",
         table(FIGURE_HEAD, figure_rows(run.cases), markdown=True),
         "",
