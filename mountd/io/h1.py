@@ -1,7 +1,8 @@
-"""HTTP/1.1 keep-alive connections for the S3 store's hot path: bodiless requests, whole answers.
+"""HTTP/1.1 keep-alive connections for the hot paths: bodiless requests, whole answers.
 
 Owns the connections that ``mountd.io.s3`` sends its GetObject and HeadObject
-requests on: one ``H1Client`` per S3 connection, closed with it. Why not an
+requests on (one ``H1Client`` per S3 connection, closed with it), and those
+``mountd.io.hsservice`` sends an HSDS service's reads on. Why not an
 ``httpx.AsyncClient``, which the store used before: per request, httpx
 builds and merges URLs and headers, reads cookies out of every answer, and
 httpcore's pool scans all its connections (once per idle one, with a
@@ -23,7 +24,8 @@ from a stack.
   names, latin-1 values; a repeated header keeps its last value) and the
   body as sent, with no Content-Encoding decoding. h11 frames it
   (Content-Length, chunked, or up to the close; no body for HEAD) and rejects
-  a malformed or cut answer.
+  a malformed or cut answer. A request may cap the body of a 200 answer
+  (``limit``): more raises ``TooLarge`` and closes the connection.
 - Time: a request raises ``TimeoutError`` when connecting, sending or
   reading makes no progress for ``stall`` seconds. Nothing here bounds a
   request in all: the caller's retry deadline does.
@@ -73,6 +75,15 @@ class Endpoint:
         return f"{'https' if self.tls else 'http'}://{self.hostname}:{self.port}"
 
 
+class TooLarge(Exception):
+    """An answer's body holds more than the request's ``limit``; ``size`` is its
+    announced length, if it had one."""
+
+    def __init__(self, size: int | None) -> None:
+        super().__init__(f"an answer of {size if size is not None else 'more'} bytes")
+        self.size = size
+
+
 class Answer:
     """A whole HTTP answer: ``headers`` has lower-case names."""
 
@@ -111,8 +122,10 @@ class H1Client:
         self._closed = False
 
     async def request(self, endpoint: Endpoint, method: str, target: str,
-                      headers: list[tuple[str, str]]) -> Answer:
-        """Send ``method target`` with ``headers`` (Host included) and read the answer."""
+                      headers: list[tuple[str, str]], limit: int | None = None) -> Answer:
+        """Send ``method target`` with ``headers`` (Host included) and read the answer;
+        with ``limit``, an answer whose body holds more bytes raises ``TooLarge``
+        (and its connection is closed) once they have arrived or been announced."""
         connection = self._take(endpoint)
         stall = self._stall
         with trio.CancelScope(deadline=trio.current_time() + stall) as scope:
@@ -120,7 +133,8 @@ class H1Client:
                 if connection is None:
                     connection = await self._connect(endpoint)
                     scope.deadline = trio.current_time() + stall
-                answer = await self._exchange(connection, scope, method, target, headers)
+                answer = await self._exchange(connection, scope, method, target, headers,
+                                              limit=limit)
             except _BROKEN as exc:
                 if connection is not None:
                     connection.socket.close()
@@ -189,7 +203,8 @@ class H1Client:
         return _Connection(tls, socket)
 
     async def _exchange(self, connection: _Connection, scope: trio.CancelScope, method: str,
-                        target: str, headers: list[tuple[str, str]]) -> Answer:
+                        target: str, headers: list[tuple[str, str]], *,
+                        limit: int | None) -> Answer:
         """One request and its whole answer on ``connection``; each step that makes
         progress moves ``scope``'s deadline ``stall`` seconds on."""
         protocol = connection.protocol
@@ -208,7 +223,12 @@ class H1Client:
                 raise h11.RemoteProtocolError(f"{event!r} before the answer's head")
             event = protocol.next_event()
         response = event
+        if limit is not None and response.status_code == 200:
+            announced = dict(response.headers).get(b"content-length", b"").strip()
+            if announced.isdigit() and int(announced) > limit:
+                raise TooLarge(int(announced))
         chunks: list[bytes] = []
+        received = 0
         event = protocol.next_event()
         while not isinstance(event, h11.EndOfMessage):
             if event is h11.NEED_DATA:
@@ -216,6 +236,9 @@ class H1Client:
                 scope.deadline = trio.current_time() + stall
             elif isinstance(event, h11.Data):
                 chunks.append(event.data)
+                received += len(event.data)
+                if limit is not None and received > limit:
+                    raise TooLarge(None)
             else:
                 raise h11.RemoteProtocolError(f"{event!r} in the answer's body")
             event = protocol.next_event()
