@@ -104,6 +104,12 @@ class Host(Protocol):
         """Seconds anything read from storage may be served (``-o metadata_ttl``)."""
         ...
 
+    @property
+    def trust_summaries(self) -> bool:
+        """True if a service's domain summaries may stand in for its objects
+        although nothing proves them current (``-o hs_summaries``)."""
+        ...
+
     def storage_opener(self) -> OpenUri:
         """Opens the files that the objects of a DIRECTORY or BUCKET place name by
         URI in its own storage (an HSDS ``file_uri``), and nothing outside it."""

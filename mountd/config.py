@@ -348,6 +348,13 @@ class MountConfig:
         text("FILE", "file", path=True), shown="HS_API_KEY, else `~/.hscfg`'s hs_api_key",
         help="file whose first line is an HSDS API key, sent as a bearer token instead of "
              "the user name and password")
+    hs_summaries: bool = option(
+        FLAG, default=False,
+        help="HSDS service: read a scanned domain's metadata from the server's domain "
+             "summary in one request, as h5pyd does, instead of one request per object. "
+             "The summary is as old as the server's last scan of the domain: objects written "
+             "since may show as they were, or not at all, until HSDS scans it again "
+             "(`scan_wait_time` after a write, 60 s by default); times are the scan's")
     allow_local_refs: bool = option(
         FLAG, default=False,
         help="let a reference file fetched over http(s) point at local files (else such "

@@ -228,6 +228,10 @@ class _Host:
         return self._config.metadata_ttl
 
     @property
+    def trust_summaries(self) -> bool:
+        return self._config.hs_summaries
+
+    @property
     def records(self) -> DiskRecords | None:
         if self._records is None and self.cache is not None and self.cache.disk is not None:
             self._records = DiskRecords(self.cache)

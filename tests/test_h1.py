@@ -1,4 +1,4 @@
-"""The S3 hot path's HTTP/1.1 client against scripted loopback servers in the test's trio run.
+"""The hot paths' HTTP/1.1 client against scripted loopback servers in the test's trio run.
 
 Each server answers every request on a connection with the next answer of
 its script (raw bytes, so framing, cut bodies, stalls and closes are exactly
@@ -148,6 +148,33 @@ def test_head_chunked_and_informational_answers() -> None:
         assert (await client.request(endpoint, "GET", "/k", HEADERS)).body == b"hello"
     run(server.handle, test)
     assert server.connections == 1
+
+
+def test_a_limit_caps_the_body_and_closes_the_connection() -> None:
+    """Past ``limit`` a 200 raises ``TooLarge`` (announced or, chunked, once it has
+    arrived) and its connection is dropped; an error's body may hold up to
+    ``ERROR_BODY`` whatever the limit, so a short reason still reads."""
+    reason = b"x" * 100
+    server = Server([
+        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsix!!!",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n"
+        b"0\r\n\r\n",
+        b"HTTP/1.1 503 Slow Down\r\nContent-Length: 100\r\n\r\n" + reason,
+        OK,
+    ])
+
+    async def test(client: H1Client, endpoint: Endpoint) -> None:
+        with pytest.raises(h1.TooLarge) as announced:
+            await client.request(endpoint, "GET", "/k", HEADERS, limit=5)
+        assert announced.value.size == 6
+        with pytest.raises(h1.TooLarge) as arrived:
+            await client.request(endpoint, "GET", "/k", HEADERS, limit=5)
+        assert arrived.value.size is None
+        refused = await client.request(endpoint, "GET", "/k", HEADERS, limit=5)
+        assert (refused.status, refused.body) == (503, reason)
+        assert (await client.request(endpoint, "GET", "/k", HEADERS, limit=5)).body == b"hello"
+    run(server.handle, test)
+    assert server.connections == 3
 
 
 def test_connection_close_and_http10_are_not_reused() -> None:

@@ -344,3 +344,26 @@ def test_a_url_that_is_no_service_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "not an HSDS service endpoint" in lines[0], lines
+
+
+def hsds_requests(mount: Path) -> int:
+    """The requests the daemon has sent to the service so far (its stats document)."""
+    stats = json.loads((mount / ".h5mount/stats.json").read_bytes())
+    return int(stats["storage"]["hsds"]["requests"])
+
+
+def test_summaries_read_a_domain_in_a_few_requests(service: HsdsServer, service_mnt: Path,
+                                                  tmp_path: Path) -> None:
+    """With ``-o hs_summaries`` a scanned domain's metadata comes from its summary,
+    in a few requests whatever its size, and shows the same tree (times aside)."""
+    domain = "home/admin/links.h5"
+    with mounted(service.endpoint, tmp_path / "mnt", "-o", "hs_summaries",
+                 *login(tmp_path, ADMIN_USER, ADMIN_PASSWORD)) as mp:
+        before = hsds_requests(mp)
+        names = [p for p in (mp / domain).rglob("*")]
+        asked = hsds_requests(mp) - before
+        objects = sum(1 for p in names if p.name.endswith(".json") and p.is_file()
+                      and timeless_sidecar(p) is not None)
+        assert objects >= 20 and asked <= 5, (objects, asked)
+        for sub in ("home/admin/links.h5", "home/admin/types.h5"):
+            assert snapshot(mp / sub) == snapshot(service_mnt / sub), sub

@@ -24,8 +24,9 @@ from a stack.
   names, latin-1 values; a repeated header keeps its last value) and the
   body as sent, with no Content-Encoding decoding. h11 frames it
   (Content-Length, chunked, or up to the close; no body for HEAD) and rejects
-  a malformed or cut answer. A request may cap the body of a 200 answer
-  (``limit``): more raises ``TooLarge`` and closes the connection.
+  a malformed or cut answer. A request may cap the body of its answer
+  (``limit`` for a 200, at least ``ERROR_BODY`` for another status): more
+  raises ``TooLarge`` and closes the connection.
 - Time: a request raises ``TimeoutError`` when connecting, sending or
   reading makes no progress for ``stall`` seconds. Nothing here bounds a
   request in all: the caller's retry deadline does.
@@ -57,6 +58,8 @@ log = logging.getLogger(__name__)
 KEEPALIVE = 5.0
 #: Longest answer head (status line and headers), as httpcore allows.
 MAX_HEAD = 100 * 1024
+#: Most bytes read of an answer other than 200 to a request with a ``limit``.
+ERROR_BODY = 64 * 1024
 
 #: What a broken connection raises under trio (``OSError``: a failed connect).
 _BROKEN = (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
@@ -124,8 +127,9 @@ class H1Client:
     async def request(self, endpoint: Endpoint, method: str, target: str,
                       headers: list[tuple[str, str]], limit: int | None = None) -> Answer:
         """Send ``method target`` with ``headers`` (Host included) and read the answer;
-        with ``limit``, an answer whose body holds more bytes raises ``TooLarge``
-        (and its connection is closed) once they have arrived or been announced."""
+        with ``limit``, a 200 answer whose body holds more bytes (another answer:
+        more than ``ERROR_BODY``, if that is more) raises ``TooLarge`` (and its
+        connection is closed) once they have arrived or been announced."""
         connection = self._take(endpoint)
         stall = self._stall
         with trio.CancelScope(deadline=trio.current_time() + stall) as scope:
@@ -223,7 +227,8 @@ class H1Client:
                 raise h11.RemoteProtocolError(f"{event!r} before the answer's head")
             event = protocol.next_event()
         response = event
-        if limit is not None and response.status_code == 200:
+        if limit is not None:  # an error's body is capped too, where it is a reason
+            limit = limit if response.status_code == 200 else max(limit, ERROR_BODY)
             announced = dict(response.headers).get(b"content-length", b"").strip()
             if announced.isdigit() and int(announced) > limit:
                 raise TooLarge(int(announced))

@@ -46,7 +46,7 @@ import httpx
 import trio
 
 from layouts.storage import DEFAULT_MAX_METADATA, too_large
-from mountd.errors import Forbidden, NotFound, SourceError, StorageError
+from mountd.errors import Corrupt, Forbidden, NotFound, SourceError, StorageError
 from mountd.io.h1 import Endpoint, H1Client, TooLarge
 from mountd.io.http import READ_SIZE, USER_AGENT, tls_failure
 from mountd.io.meter import STORES
@@ -153,13 +153,14 @@ class HsdsService:
         return self.endpoint
 
     async def get_json(self, path: str, params: Mapping[str, str]) -> bytes:
-        return await self._get(path, params, [], self._max_metadata)
+        return await self._get(path, params, [], self._max_metadata, binary=False)
 
     async def get_binary(self, path: str, params: Mapping[str, str], limit: int) -> bytes:
-        return await self._get(path, params, [("Accept", "application/octet-stream")], limit)
+        return await self._get(path, params, [("Accept", "application/octet-stream")], limit,
+                               binary=True)
 
     async def _get(self, path: str, params: Mapping[str, str],
-                   extra: list[tuple[str, str]], limit: int) -> bytes:
+                   extra: list[tuple[str, str]], limit: int, *, binary: bool) -> bytes:
         """The body of ``GET path?params``, with retries, under the limiter."""
         target = f"{self._prefix}{path}?{urlencode(params)}" if params else self._prefix + path
         where = self.endpoint + target[len(self._prefix):]
@@ -171,6 +172,9 @@ class HsdsService:
                 answer = await self._client.request(self._route, "GET", target, headers,
                                                     limit=limit)
             except TooLarge as exc:
+                if binary:
+                    raise Corrupt(where, f"the answer holds more than the {limit} bytes "
+                                         "of the selection") from exc
                 raise too_large(where, limit, exc.size) from exc
             except (ConnectionError, TimeoutError) as exc:
                 tls = tls_failure(exc)

@@ -29,10 +29,13 @@ What differs from a bucket mount, because the REST API does not show it:
 * Edge chunks come back cut at the dataspace's end; the store pads them to the
   full chunk shape (fill bytes for fixed-size types, empty elements for
   variable-length ones), as chunk files are always whole.
-* HSDS's domain summaries (``getobjs``) are not used: nothing over REST proves
-  a summary current (it is as old as the last scan, and writes since are not
-  shown), so every object is read on its own, many at once
-  (``OBJECT_CONCURRENCY``).
+* HSDS's domain summaries (``getobjs``) are not used unless the mount says so
+  (``-o hs_summaries``, ``Summaries``): nothing over REST proves a summary
+  current (it is as old as the last scan, and writes since are not shown),
+  so every object is read on its own, many at once (``OBJECT_CONCURRENCY``).
+  With the option, a domain's objects come from its summary, one request per
+  domain and ``metadata_ttl``, with the scan's times; one it lacks is read on
+  its own.
 * A dataset's chunks have no validators to list (``version`` is None), so
   counts made of them are made again each ``metadata_ttl``.
 * HSDS 1.0.2 stores a dataset filtered with byte shuffle and no compressor
@@ -45,9 +48,10 @@ Errors come from the ``Service``: ``NotFound`` (ENOENT), ``Forbidden``
 (EACCES: the user may not read that domain), ``StorageError`` (EIO). A
 malformed answer is ``Corrupt`` naming the request.
 
-Concurrency: the catalog and its stores keep no mutable state, so any
-number of trio tasks may call them at once. Padding an edge chunk and
-re-encoding variable-length ones is done inline: they are at most one chunk.
+Concurrency: the catalog and its stores keep no mutable state but the
+``Summaries`` (see there), so any number of trio tasks may call them at
+once. Padding an edge chunk and re-encoding variable-length ones is done
+inline: they are at most one chunk.
 """
 
 from __future__ import annotations
@@ -55,12 +59,15 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
 import numcodecs
 import numpy as np
+import trio
 
 from layouts.bounds import check_json, valid_text
 from layouts.errors import Corrupt, Forbidden, FormatError, LayoutError, NotFound, SourceError
@@ -94,6 +101,8 @@ FOLDER_PAGE = 1000
 OBJECT_CONCURRENCY = 64
 #: Chunks read at once by ``read_many``.
 CHUNK_CONCURRENCY = 32
+#: Domain summaries kept at once (``-o hs_summaries``).
+KEPT_SUMMARIES = 4
 
 _COLLECTIONS = {"g": "groups", "d": "datasets", "t": "datatypes"}
 #: Domain fields the root sidecar shows under ``domain``, as a bucket's
@@ -114,6 +123,7 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
     assert place.service is not None
     service, prefix = place.service, place.prefix.strip("/")
     single = None if host.domain is None else host.domain.strip("/")
+    summaries = Summaries(host.metadata_ttl) if host.trust_summaries else None
     if single == "":
         raise SourceError("--domain needs a domain path such as /home/user/file.h5")
     try:
@@ -133,7 +143,7 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
         await ServiceCatalog(service).list_folder(prefix.rpartition("/")[0])
         named = await ServiceCatalog(service).domain(prefix) if prefix else None
         is_domain = named is not None and named.root_id is not None
-        catalog = ServiceCatalog(service, prefix, single_domain=single)
+        catalog = ServiceCatalog(service, prefix, single_domain=single, summaries=summaries)
         found = await catalog.domain(single) if single is not None and not is_domain else None
     except NotFound:
         raise SourceError(f"{place.location}: no such folder or domain "
@@ -144,7 +154,7 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
         if single is not None:
             raise SourceError(f"{place.location}: names a domain already; drop --domain")
         parent, _, name = prefix.rpartition("/")
-        return ServiceCatalog(service, parent, single_domain=name)
+        return ServiceCatalog(service, parent, single_domain=name, summaries=summaries)
     if single is not None and (found is None or found.root_id is None):
         raise SourceError(f"{place.location}: {host.domain} is a folder, not a domain "
                           "with a root group")
@@ -164,22 +174,28 @@ def _param(path: str) -> str:
 
 class ServiceCatalog(ObjectBuilder):
     """A ``Catalog`` over an HSDS service (see the module docstring): the folder
-    ``base`` of it (``""``: all of it), or the one domain ``single_domain`` in it."""
+    ``base`` of it (``""``: all of it), or the one domain ``single_domain`` in it.
+    With ``summaries``, a scanned domain's objects come from its summary."""
 
     supports_proof_ages = False
 
     def __init__(self, service: Service, base: str = "", *,
-                 single_domain: str | None = None) -> None:
+                 single_domain: str | None = None,
+                 summaries: Summaries | None = None) -> None:
         self._service = service
         self._base = base.strip("/")
         self._single = single_domain
+        self._summaries = summaries
 
     @property
     def single_domain(self) -> str | None:
         return self._single
 
     def drop(self) -> None:
-        """Nothing to forget: every answer is asked for anew once the caches let go."""
+        """Forget the domain summaries (SIGHUP); the rest is asked for anew once the
+        caches let go."""
+        if self._summaries is not None:
+            self._summaries.drop()
 
     def _param(self, path: str) -> str:
         """The ``domain`` parameter of ``path`` below the base folder."""
@@ -269,9 +285,88 @@ class ServiceCatalog(ObjectBuilder):
 
     async def get_objects(self, domain: Domain, obj_ids: Sequence[str]
                           ) -> list[AnyObject | LayoutError]:
+        summary = None if self._summaries is None else \
+            await self._summaries.get(self._service, self._param(domain.path))
+
         async def one(obj_id: str) -> AnyObject:
-            return await self.get_object(domain, obj_id)
+            entry = None if summary is None else summary.objects.get(obj_id)
+            if entry is None or not isinstance(entry, dict):
+                return await self.get_object(domain, obj_id)
+            try:
+                hid = _ids.parse_id(_ids.normalize_id(obj_id))
+            except _ids.BadId as exc:
+                raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+            builder = _InDomain(self._service, self._param(domain.path))
+            return await builder._build(hid, entry, summary.modified(obj_id))
+
         return await outcomes(one, obj_ids, OBJECT_CONCURRENCY)
+
+
+@dataclass
+class _Summary:
+    """One domain's summary: its objects' documents by id, and the scan's times."""
+
+    asked: float
+    ready: trio.Event = field(default_factory=trio.Event)
+    objects: Mapping[str, Any] = field(default_factory=dict)
+    times: Mapping[str, float] = field(default_factory=dict)
+    scanned: float = 0.0
+
+    def modified(self, obj_id: str) -> float:
+        """A dataset's time as the scan saw it; the scan's time for the rest."""
+        return self.times.get(obj_id, self.scanned)
+
+
+class Summaries:
+    """The domain summaries a service serves (``GET /?domain=D&getobjs=1&verbose=1``:
+    HSDS's ``.summary.json`` and ``.info.json``), each asked for once per
+    ``ttl`` seconds, the last ``KEPT_SUMMARIES`` domains kept.
+
+    Concurrency: the first task to ask for a domain's summary fetches it; others
+    wait on its ``ready`` event. A failed fetch, or a domain without a summary
+    (never scanned), leaves no objects, and its objects are read one by one.
+    """
+
+    def __init__(self, ttl: float) -> None:
+        self._ttl = ttl
+        self._kept: OrderedDict[str, _Summary] = OrderedDict()
+
+    def drop(self) -> None:
+        self._kept.clear()
+
+    async def get(self, service: Service, domain: str) -> _Summary:
+        now = trio.current_time()
+        kept = self._kept.get(domain)
+        if kept is not None and now - kept.asked < self._ttl:
+            self._kept.move_to_end(domain)
+            await kept.ready.wait()
+            return kept
+        summary = self._kept[domain] = _Summary(now)
+        while len(self._kept) > KEPT_SUMMARIES:
+            self._kept.popitem(last=False)
+        try:
+            answer = await _answer(service, "/", {"domain": domain, "getobjs": "1",
+                                                  "verbose": "1"})
+            objects = answer.get("domain_objs")
+            info = answer.get("scan_info")
+            if isinstance(objects, dict) and isinstance(info, dict):
+                summary.objects = objects
+                summary.scanned = _number(info.get("lastModified"))
+                datasets = info.get("datasets")
+                if isinstance(datasets, dict):
+                    summary.times = {k: _number(v.get("lastModified"))
+                                     for k, v in datasets.items() if isinstance(v, dict)}
+                log.debug("%s: %d objects from its summary", domain, len(objects))
+        except LayoutError as exc:
+            log.info("%s: no summary (%s); its objects are read one by one", domain, exc)
+        finally:
+            summary.ready.set()
+        return summary
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else 0.0
 
 
 class _InDomain(ObjectBuilder):
