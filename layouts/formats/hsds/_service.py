@@ -271,17 +271,13 @@ class ServiceCatalog(ObjectBuilder):
                 if isinstance(entry, dict) and isinstance(entry.get("userName"), str)}
 
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
-        try:
-            hid = _ids.parse_id(_ids.normalize_id(obj_id))
-        except _ids.BadId as exc:
-            raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+        hid = _hid(obj_id)
         params = {"domain": self._param(domain.path), "include_attrs": "1"}
         if hid.prefix == "g":
             params["include_links"] = "1"
         doc = await _answer(self._service, f"/{_COLLECTIONS[hid.prefix]}/{hid.id}", params)
-        stamp = doc.get("lastModified")
-        modified = float(stamp) if isinstance(stamp, int | float) else 0.0
-        return await _InDomain(self._service, params["domain"])._build(hid, doc, modified)
+        return await _InDomain(self._service, params["domain"])._build(
+            hid, doc, _number(doc.get("lastModified")))
 
     async def get_objects(self, domain: Domain, obj_ids: Sequence[str]
                           ) -> list[AnyObject | LayoutError]:
@@ -292,12 +288,8 @@ class ServiceCatalog(ObjectBuilder):
             entry = None if summary is None else summary.objects.get(obj_id)
             if entry is None or not isinstance(entry, dict):
                 return await self.get_object(domain, obj_id)
-            try:
-                hid = _ids.parse_id(_ids.normalize_id(obj_id))
-            except _ids.BadId as exc:
-                raise Corrupt(f"id:{obj_id}", str(exc)) from exc
             builder = _InDomain(self._service, self._param(domain.path))
-            return await builder._build(hid, entry, summary.modified(obj_id))
+            return await builder._build(_hid(obj_id), entry, summary.modified(obj_id))
 
         return await outcomes(one, obj_ids, OBJECT_CONCURRENCY)
 
@@ -364,7 +356,15 @@ class Summaries:
         return summary
 
 
+def _hid(obj_id: str) -> _ids.HsdsId:
+    try:
+        return _ids.parse_id(_ids.normalize_id(obj_id))
+    except _ids.BadId as exc:
+        raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+
+
 def _number(value: Any) -> float:
+    """A time from the server's JSON; 0 where it gives none."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
         else 0.0
 
