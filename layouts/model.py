@@ -206,6 +206,16 @@ def shared_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> tuple[int, .
     return chunk_grid(shape, chunks)
 
 
+def store_grid(shape: tuple[int, ...] | None, chunks: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The chunk grid a chunk store indexes: None for an ``H5S_NULL`` dataspace (no
+    chunks), ``(1,)`` for a scalar (its one chunk is ``(0,)``), else ``shared_grid``."""
+    if shape is None:
+        return None
+    if shape == ():
+        return (1,)
+    return shared_grid(shape, chunks)
+
+
 def in_chunk_grid(index: Sequence[int], grid: Sequence[int]) -> bool:
     """True if ``index`` names a chunk of ``grid``."""
     return len(index) == len(grid) and all(0 <= i < n for i, n in zip(index, grid, strict=True))

@@ -53,6 +53,7 @@ from layouts.formats.hsds._objects import (
     DatasetParts,
     ObjectBuilder,
     load_json,
+    object_id,
     object_json,
     shared,
 )
@@ -84,13 +85,6 @@ def _root_uuid1(domain: Domain) -> str | None:
         return _ids.parse_id(domain.root_id).uuid1
     except _ids.BadId:
         return None
-
-
-def _parse_id(obj_id: str) -> _ids.HsdsId:
-    try:
-        return _ids.parse_id(_ids.normalize_id(obj_id))
-    except _ids.BadId as exc:
-        raise Corrupt(f"id:{obj_id}", str(exc)) from exc
 
 
 async def probe(store: Store) -> bool:
@@ -269,7 +263,7 @@ class HsdsCatalog(ObjectBuilder):
         hids: list[_ids.HsdsId | LayoutError] = []
         for obj_id in obj_ids:
             try:
-                hids.append(_parse_id(obj_id))
+                hids.append(object_id(obj_id))
             except LayoutError as exc:
                 hids.append(exc)
         uuid1 = _root_uuid1(domain)
@@ -347,7 +341,7 @@ class HsdsCatalog(ObjectBuilder):
         return obj
 
     async def _object(self, obj_id: str) -> AnyObject:
-        hid = _parse_id(obj_id)
+        hid = object_id(obj_id)
         fetched = await fetch_capped(self._store, hid.json_key(), self._max_metadata)
         return await self._build(hid, object_json(hid.json_key(), fetched.data),
                                  fetched.info.mtime)

@@ -72,7 +72,7 @@ from layouts.formats.hsds._domains import DomainIndex
 from layouts.formats.hsds._values import read_count, read_elements, to_plain
 from layouts.gather import outcomes
 from layouts.hdf5 import MAX_VLEN_CHUNK_BYTES, HType, blosc_sizes, filter_classes, inflate, unblosc
-from layouts.model import ChunkIndex, ElementType, VlenKind, in_chunk_grid, shared_grid
+from layouts.model import ChunkIndex, ElementType, VlenKind, in_chunk_grid, store_grid
 from layouts.storage import GET_MANY_CONCURRENCY, Fetched, Store
 
 log = logging.getLogger(__name__)
@@ -337,12 +337,7 @@ class HsdsChunkStore:
         self._shape = shape
         self._spec = spec
         self._partitions = partition_count if partition_count >= 2 else 0
-        if shape is None:
-            self._grid: tuple[int, ...] | None = None
-        elif shape == ():
-            self._grid = (1,)
-        else:
-            self._grid = shared_grid(shape, spec.chunks)
+        self._grid = store_grid(shape, spec.chunks)
 
     @property
     def spec(self) -> ChunkSpec:

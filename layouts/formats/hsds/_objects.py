@@ -92,6 +92,15 @@ def object_json(key: str, raw: bytes) -> dict[str, Any]:
     return load_json(key, raw)
 
 
+def object_id(obj_id: str) -> _ids.HsdsId:
+    """The parsed id of an object a link or a request names; ``Corrupt`` if it is
+    not an HSDS id."""
+    try:
+        return _ids.parse_id(_ids.normalize_id(obj_id))
+    except _ids.BadId as exc:
+        raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+
+
 @dataclass(frozen=True, slots=True)
 class DatasetParts:
     """What a dataset's JSON says about its chunks, handed to ``_chunk_store``."""

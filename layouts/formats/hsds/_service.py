@@ -74,7 +74,13 @@ from layouts.errors import Corrupt, Forbidden, FormatError, LayoutError, NotFoun
 from layouts.formats.hsds import _ids
 from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, decode_chunk, filter_plan
 from layouts.formats.hsds._linked import linked_chunks
-from layouts.formats.hsds._objects import LINKED_LAYOUTS, DatasetParts, ObjectBuilder, load_json
+from layouts.formats.hsds._objects import (
+    LINKED_LAYOUTS,
+    DatasetParts,
+    ObjectBuilder,
+    load_json,
+    object_id,
+)
 from layouts.gather import outcomes
 from layouts.hdf5 import MAX_VLEN_CHUNK_BYTES
 from layouts.model import (
@@ -88,7 +94,7 @@ from layouts.model import (
     fill_element,
     in_chunk_grid,
     no_version,
-    shared_grid,
+    store_grid,
 )
 from layouts.places import Host, Place, PlaceKind
 from layouts.service import Service
@@ -271,7 +277,7 @@ class ServiceCatalog(ObjectBuilder):
                 if isinstance(entry, dict) and isinstance(entry.get("userName"), str)}
 
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
-        hid = _hid(obj_id)
+        hid = object_id(obj_id)
         params = {"domain": self._param(domain.path), "include_attrs": "1"}
         if hid.prefix == "g":
             params["include_links"] = "1"
@@ -289,7 +295,7 @@ class ServiceCatalog(ObjectBuilder):
             if entry is None or not isinstance(entry, dict):
                 return await self.get_object(domain, obj_id)
             builder = _InDomain(self._service, self._param(domain.path))
-            return await builder._build(_hid(obj_id), entry, summary.modified(obj_id))
+            return await builder._build(object_id(obj_id), entry, summary.modified(obj_id))
 
         return await outcomes(one, obj_ids, OBJECT_CONCURRENCY)
 
@@ -356,13 +362,6 @@ class Summaries:
         return summary
 
 
-def _hid(obj_id: str) -> _ids.HsdsId:
-    try:
-        return _ids.parse_id(_ids.normalize_id(obj_id))
-    except _ids.BadId as exc:
-        raise Corrupt(f"id:{obj_id}", str(exc)) from exc
-
-
 def _number(value: Any) -> float:
     """A time from the server's JSON; 0 where it gives none."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
@@ -417,12 +416,7 @@ class ServiceChunkStore:
         self._shape = shape
         self._spec = spec
         self._fill = fill
-        if shape is None:
-            self._grid: tuple[int, ...] | None = None
-        elif shape == ():
-            self._grid = (1,)
-        else:
-            self._grid = shared_grid(shape, spec.chunks)
+        self._grid = store_grid(shape, spec.chunks)
 
     version = no_version
 
