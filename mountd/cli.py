@@ -145,15 +145,16 @@ def parse_args(argv: list[str]) -> MountConfig:
     """The mount's configuration: ``-o`` options first, then the flags, which win."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    config = MountConfig(
-        source=args.source if "://" in args.source else os.path.abspath(args.source),
-        mountpoint=os.path.abspath(args.mountpoint),
-        foreground=args.foreground,
-    )
+    config = MountConfig(source=args.source, mountpoint=os.path.abspath(args.mountpoint),
+                         foreground=args.foreground)
     try:
         apply_options(config, args.options)
     except OptionError as exc:
         parser.error(str(exc))
+    # A local path is made absolute (the daemon leaves its directory); a path on an
+    # HSDS service (-o endpoint) is the service's own.
+    if "://" not in config.source and config.endpoint is None:
+        config.source = os.path.abspath(config.source)
     for name in ("endpoint_url", "region", "profile", "domain", "log_level"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))
@@ -163,6 +164,9 @@ def parse_args(argv: list[str]) -> MountConfig:
     if not config.source.startswith("s3://") and (config.endpoint_url or config.region
                                                    or config.profile or config.anon):
         parser.error("--endpoint-url, --region, --profile and --anon apply to s3:// sources")
+    if config.endpoint is not None and "://" in config.source:
+        parser.error("with -o endpoint=URL, SOURCE is a folder or domain path on that HSDS "
+                     "service (such as / or /home/user/), not a URL")
     return config
 
 

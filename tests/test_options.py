@@ -14,13 +14,14 @@ Concurrency: none; pytest runs these one at a time, and ``main`` is run by hand.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from mountd.cli import build_parser
+from mountd.cli import build_parser, parse_args
 from mountd.config import (
     FIELD_OPTIONS,
     FLAG,
@@ -188,3 +189,15 @@ if __name__ == "__main__":
     text = README.read_text()
     start = text.index(BEGIN) + len(BEGIN)
     README.write_text(text[:start] + readme_list() + text[text.index(END, start):])
+
+
+def test_a_service_path_is_kept_and_a_url_with_endpoint_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With ``-o endpoint=`` SOURCE is a path on the service, not made absolute
+    against the working directory as a local path is; a URL there is refused."""
+    assert parse_args(["/home/u/", "/mnt", "-o", "endpoint=http://h:5101"]).source == "/home/u/"
+    assert parse_args(["rel/dir", "/mnt"]).source == os.path.abspath("rel/dir")
+    with pytest.raises(SystemExit) as caught:
+        parse_args(["s3://bucket", "/mnt", "-o", "endpoint=http://h:5101"])
+    assert caught.value.code == 2
+    assert "SOURCE is a folder or domain path" in capsys.readouterr().err
