@@ -291,7 +291,8 @@ class ServiceCatalog(ObjectBuilder):
             await self._summaries.get(self._service, self._param(domain.path))
 
         async def one(obj_id: str) -> AnyObject:
-            entry = None if summary is None else summary.objects.get(obj_id)
+            # An entry is used once: the metadata cache keeps what is built from it.
+            entry = None if summary is None else summary.objects.pop(obj_id, None)
             if entry is None or not isinstance(entry, dict):
                 return await self.get_object(domain, obj_id)
             builder = _InDomain(self._service, self._param(domain.path))
@@ -306,7 +307,7 @@ class _Summary:
 
     asked: float
     ready: trio.Event = field(default_factory=trio.Event)
-    objects: Mapping[str, Any] = field(default_factory=dict)
+    objects: dict[str, Any] = field(default_factory=dict)
     times: Mapping[str, float] = field(default_factory=dict)
     scanned: float = 0.0
 
@@ -320,9 +321,13 @@ class Summaries:
     HSDS's ``.summary.json`` and ``.info.json``), each asked for once per
     ``ttl`` seconds, the last ``KEPT_SUMMARIES`` domains kept.
 
+    Memory: an object's entry is dropped once it is built (the metadata cache
+    keeps the object), so a summary holds only what was not asked for yet.
+
     Concurrency: the first task to ask for a domain's summary fetches it; others
     wait on its ``ready`` event. A failed fetch, or a domain without a summary
-    (never scanned), leaves no objects, and its objects are read one by one.
+    (never scanned), leaves no objects, and its objects are read one by one, as
+    is an object asked for again after its entry was used.
     """
 
     def __init__(self, ttl: float) -> None:
