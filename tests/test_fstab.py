@@ -268,7 +268,7 @@ def test_fstab_line_of_an_hsds_service(namespace: Namespace, tmp_path: Path,
         done = namespace.run("mount", "--fstab", fstab, mp)
         assert done.returncode == 0, done.stderr
         info = mountinfo(mp)
-        assert (info.fstype, info.source) == ("fuse.h5mount", "/home/admin"), info
+        assert (info.fstype, info.source) == ("fuse.h5mount", "/home/admin/"), info
         for relative, want in sample_npy.items():
             assert (mp / relative.removeprefix("home/admin/")).read_bytes() == want, relative
         unmount_and_check_gone(mp, log_file)
