@@ -107,8 +107,10 @@ FOLDER_PAGE = 1000
 OBJECT_CONCURRENCY = 64
 #: Chunks read at once by ``read_many``.
 CHUNK_CONCURRENCY = 32
-#: Domain summaries kept at once (``-o hs_summaries``).
-KEPT_SUMMARIES = 4
+#: Domain summaries kept at once (``-o hs_summaries``): one of 100,000 objects
+#: is 54 MB of JSON, several times that once parsed; two let a walk of one
+#: domain follow an external link into another without reading either again.
+KEPT_SUMMARIES = 2
 
 _COLLECTIONS = {"g": "groups", "d": "datasets", "t": "datatypes"}
 #: Domain fields the root sidecar shows under ``domain``, as a bucket's
@@ -278,26 +280,24 @@ class ServiceCatalog(ObjectBuilder):
 
     async def get_object(self, domain: Domain, obj_id: str) -> AnyObject:
         hid = object_id(obj_id)
-        params = {"domain": self._param(domain.path), "include_attrs": "1"}
+        param = self._param(domain.path)
+        builder = _InDomain(self._service, param)
+        if self._summaries is not None:
+            summary = await self._summaries.get(self._service, param)
+            # An entry is used once: the metadata cache keeps what is built from it.
+            entry = summary.objects.pop(hid.id, None)
+            if isinstance(entry, dict):
+                return await builder._build(hid, entry, summary.modified(hid.id))
+        params = {"domain": param, "include_attrs": "1"}
         if hid.prefix == "g":
             params["include_links"] = "1"
         doc = await _answer(self._service, f"/{_COLLECTIONS[hid.prefix]}/{hid.id}", params)
-        return await _InDomain(self._service, params["domain"])._build(
-            hid, doc, _number(doc.get("lastModified")))
+        return await builder._build(hid, doc, _number(doc.get("lastModified")))
 
     async def get_objects(self, domain: Domain, obj_ids: Sequence[str]
                           ) -> list[AnyObject | LayoutError]:
-        summary = None if self._summaries is None else \
-            await self._summaries.get(self._service, self._param(domain.path))
-
         async def one(obj_id: str) -> AnyObject:
-            # An entry is used once: the metadata cache keeps what is built from it.
-            entry = None if summary is None else summary.objects.pop(obj_id, None)
-            if entry is None or not isinstance(entry, dict):
-                return await self.get_object(domain, obj_id)
-            builder = _InDomain(self._service, self._param(domain.path))
-            return await builder._build(object_id(obj_id), entry, summary.modified(obj_id))
-
+            return await self.get_object(domain, obj_id)
         return await outcomes(one, obj_ids, OBJECT_CONCURRENCY)
 
 
