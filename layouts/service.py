@@ -31,9 +31,11 @@ class Service(Protocol):
         """The endpoint, for logs and messages."""
         ...
 
-    async def get_json(self, path: str, params: Mapping[str, str]) -> bytes:
+    async def get_json(self, path: str, params: Mapping[str, str],
+                       limit: int | None = None) -> bytes:
         """The JSON document ``GET path?params`` answers, unparsed (the format
-        parses it: HSDS writes ``NaN`` and integers past 64 bits)."""
+        parses it: HSDS writes ``NaN`` and integers past 64 bits); ``Corrupt``
+        past ``limit`` bytes (None: ``max_metadata``)."""
         ...
 
     async def get_binary(self, path: str, params: Mapping[str, str], limit: int) -> bytes:

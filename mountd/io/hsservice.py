@@ -152,8 +152,10 @@ class HsdsService:
     def url(self) -> str:
         return self.endpoint
 
-    async def get_json(self, path: str, params: Mapping[str, str]) -> bytes:
-        return await self._get(path, params, [], self._max_metadata, binary=False)
+    async def get_json(self, path: str, params: Mapping[str, str],
+                       limit: int | None = None) -> bytes:
+        return await self._get(path, params, [], self._max_metadata if limit is None else limit,
+                               binary=False)
 
     async def get_binary(self, path: str, params: Mapping[str, str], limit: int) -> bytes:
         return await self._get(path, params, [("Accept", "application/octet-stream")], limit,
