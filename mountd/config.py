@@ -354,7 +354,8 @@ class MountConfig:
              "summary in one request, as h5pyd does, instead of one request per object. "
              "The summary is as old as the server's last scan of the domain: objects written "
              "since may show as they were, or not at all, until HSDS scans it again "
-             "(`scan_wait_time` after a write, 60 s by default); times are the scan's")
+             "(`scan_wait_time` after a write, 60 s by default); times are the scan's. "
+             "Parsing a summary takes about 14K of memory per object, uncharged")
     allow_local_refs: bool = option(
         FLAG, default=False,
         help="let a reference file fetched over http(s) point at local files (else such "
