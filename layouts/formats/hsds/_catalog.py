@@ -55,9 +55,10 @@ from layouts.formats.hsds._objects import (
     load_json,
     object_id,
     object_json,
+    root_group_id,
     shared,
 )
-from layouts.model import AnyObject, ChunkStore, Dataset, Domain, ObjectKind
+from layouts.model import AnyObject, ChunkStore, Dataset, Domain
 from layouts.places import Host, Place, PlaceKind
 from layouts.storage import DEFAULT_MAX_METADATA, OpenUri, Store, fetch_capped
 
@@ -213,13 +214,7 @@ class HsdsCatalog(ObjectBuilder):
         doc = load_json(key, fetched.data)
         root = doc.get("root")
         if root is not None:
-            try:
-                root_id = _ids.parse_id(root) if isinstance(root, str) else None
-            except _ids.BadId:
-                root_id = None
-            if root_id is None or root_id.kind is not ObjectKind.GROUP:
-                raise Corrupt(key, f"root is not a group id: {root!r}")
-            root = root_id.id
+            root = root_group_id(root, key)
         info = {k: v for k, v in doc.items() if k != "root"}
         try:
             check_json(info, "domain")

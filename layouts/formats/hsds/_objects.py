@@ -53,6 +53,7 @@ from layouts.model import (
     Group,
     Link,
     LinkKind,
+    ObjectKind,
 )
 
 #: Layout classes whose chunks live in another file (``hsload --link``).
@@ -99,6 +100,17 @@ def object_id(obj_id: str) -> _ids.HsdsId:
         return _ids.parse_id(_ids.normalize_id(obj_id))
     except _ids.BadId as exc:
         raise Corrupt(f"id:{obj_id}", str(exc)) from exc
+
+
+def root_group_id(root: Any, where: str) -> str:
+    """A domain's ``root`` as a group id; ``Corrupt`` naming ``where`` if it is not one."""
+    try:
+        root_id = _ids.parse_id(root) if isinstance(root, str) else None
+    except _ids.BadId:
+        root_id = None
+    if root_id is None or root_id.kind is not ObjectKind.GROUP:
+        raise Corrupt(where, f"root is not a group id: {root!r}")
+    return root_id.id
 
 
 @dataclass(frozen=True, slots=True)

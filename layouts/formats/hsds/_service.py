@@ -80,6 +80,7 @@ from layouts.formats.hsds._objects import (
     ObjectBuilder,
     load_json,
     object_id,
+    root_group_id,
 )
 from layouts.gather import outcomes
 from layouts.hdf5 import MAX_VLEN_CHUNK_BYTES
@@ -89,7 +90,6 @@ from layouts.model import (
     ChunkStore,
     Domain,
     ElementType,
-    ObjectKind,
     VlenKind,
     fill_element,
     in_chunk_grid,
@@ -263,13 +263,8 @@ class ServiceCatalog(ObjectBuilder):
         root = answer.get("root")
         if root is None:
             return Domain(path=path, root_id=None, modified=modified, info=info)
-        try:
-            root_id = _ids.parse_id(root) if isinstance(root, str) else None
-        except _ids.BadId:
-            root_id = None
-        if root_id is None or root_id.kind is not ObjectKind.GROUP:
-            raise Corrupt(where, f"root is not a group id: {root!r}")
-        return Domain(path=path, root_id=root_id.id, modified=modified, info=info)
+        return Domain(path=path, root_id=root_group_id(root, where), modified=modified,
+                      info=info)
 
     async def _acls(self, path: str) -> dict[str, Any] | None:
         """The ACLs of a domain or folder, by user, as a bucket's ``.domain.json``
