@@ -113,7 +113,7 @@ async def open_place(place: Place, host: Host) -> HsdsCatalog:
     names; ``SourceError`` if that is not a domain with a root group."""
     assert place.store is not None
     source, domain = place.location, host.domain
-    single = None if domain is None else _domain_path(domain)
+    single = None if domain is None else domain_path(domain)
     # With metadata_ttl 0 every walk would list the whole domain again.
     index = DomainIndex(place.store, host.metadata_ttl, eager=place.kind is PlaceKind.BUCKET,
                         records=host.records) if host.metadata_ttl > 0 else None
@@ -132,7 +132,9 @@ async def open_place(place: Place, host: Host) -> HsdsCatalog:
     return catalog
 
 
-def _domain_path(domain: str) -> str:
+def domain_path(domain: str) -> str:
+    """The domain ``--domain`` names, without slashes at either end (a bucket's and
+    a service's alike); ``SourceError`` if it names none."""
     path = domain.strip("/")
     if not path:
         raise SourceError("--domain needs a domain path such as /home/user/file.h5")

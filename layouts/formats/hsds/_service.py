@@ -32,7 +32,7 @@ What differs from a bucket mount, because the REST API does not show it:
 * HSDS's domain summaries (``getobjs``) are not used unless the mount says so
   (``-o hs_summaries``, ``Summaries``): nothing over REST proves a summary
   current (it is as old as the last scan, and writes since are not shown),
-  so every object is read on its own, many at once (``OBJECT_CONCURRENCY``).
+  so every object is read on its own, many at once (``layouts.model.get_each``).
   With the option, a domain's objects come from its summary, one request per
   domain and ``metadata_ttl``, with the scan's times; one it lacks is read on
   its own.
@@ -72,6 +72,7 @@ import trio
 from layouts.bounds import check_json, valid_text
 from layouts.errors import Corrupt, Forbidden, FormatError, LayoutError, NotFound, SourceError
 from layouts.formats.hsds import _ids
+from layouts.formats.hsds._catalog import domain_path
 from layouts.formats.hsds._chunks import ChunkSpec, FilterPlan, decode_chunk, filter_plan
 from layouts.formats.hsds._linked import linked_chunks
 from layouts.formats.hsds._objects import (
@@ -92,6 +93,7 @@ from layouts.model import (
     ElementType,
     VlenKind,
     fill_element,
+    get_each,
     in_chunk_grid,
     no_version,
     store_grid,
@@ -103,8 +105,6 @@ log = logging.getLogger(__name__)
 
 #: Domains and folders asked for per page of a folder listing.
 FOLDER_PAGE = 1000
-#: Objects read at once by ``get_objects``.
-OBJECT_CONCURRENCY = 64
 #: Chunks read at once by ``read_many``.
 CHUNK_CONCURRENCY = 32
 #: A domain's summary may hold this many times ``-o max_metadata`` (one object's
@@ -134,11 +134,9 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
     credentials, or what is named is not there."""
     assert place.service is not None
     service, prefix = place.service, place.prefix.strip("/")
-    single = None if host.domain is None else host.domain.strip("/")
+    single = None if host.domain is None else domain_path(host.domain)
     summaries = Summaries(host.metadata_ttl, SUMMARY_SCALE * host.max_metadata) \
         if host.trust_summaries else None
-    if single == "":
-        raise SourceError("--domain needs a domain path such as /home/user/file.h5")
     try:
         about = await _answer(service, "/about", {})
     except NotFound:
@@ -153,8 +151,9 @@ async def open_place(place: Place, host: Host) -> ServiceCatalog:
     log.debug("%s runs HSDS %s", service.url, about["hsds_version"])
     try:
         # The credentials are checked by the first request that needs them.
-        await ServiceCatalog(service).list_folder(prefix.rpartition("/")[0])
-        named = await ServiceCatalog(service).domain(prefix) if prefix else None
+        top = ServiceCatalog(service)
+        await top.list_folder(prefix.rpartition("/")[0])
+        named = await top.domain(prefix) if prefix else None
         is_domain = named is not None and named.root_id is not None
         catalog = ServiceCatalog(service, prefix, single_domain=single, summaries=summaries)
         found = await catalog.domain(single) if single is not None and not is_domain else None
@@ -298,9 +297,7 @@ class ServiceCatalog(ObjectBuilder):
 
     async def get_objects(self, domain: Domain, obj_ids: Sequence[str]
                           ) -> list[AnyObject | LayoutError]:
-        async def one(obj_id: str) -> AnyObject:
-            return await self.get_object(domain, obj_id)
-        return await outcomes(one, obj_ids, OBJECT_CONCURRENCY)
+        return await get_each(self, domain, obj_ids)
 
 
 @dataclass
