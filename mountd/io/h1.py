@@ -50,7 +50,10 @@ import ssl
 from dataclasses import dataclass
 
 import h11
+import httpx
 import trio
+
+from mountd.io.http import READ_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +112,15 @@ class _Connection:
         self.socket = socket
         self.protocol = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         self.idle_since = 0.0
+
+
+def hot_client(*, stall: float, max_idle: int) -> H1Client:
+    """The client a store's hot path uses: TLS as httpx's default context sets it up
+    (its CA certificates, ``SSL_CERT_FILE`` too) for HTTP/1.1 only, and socket
+    reads of ``READ_SIZE``."""
+    tls = httpx.create_ssl_context()
+    tls.set_alpn_protocols(["http/1.1"])
+    return H1Client(stall=stall, max_idle=max_idle, ssl_context=tls, read_size=READ_SIZE)
 
 
 class H1Client:

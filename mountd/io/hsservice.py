@@ -21,16 +21,15 @@ Failures: every request goes through ``mountd.io.retry.retrying``, bounded to
 ``timeout`` seconds in all, and a connection that makes no progress for the
 policy's ``stall`` fails that attempt, so a server that goes silent fails one
 attempt and a dead one fails the request within ``timeout``, never hangs it.
-TLS uses the CA certificates httpx's default context trusts
-(``SSL_CERT_FILE`` too); a TLS failure is not retried. 404 and 410
+TLS is ``mountd.io.h1.hot_client``'s; a TLS failure is not retried. 404 and 410
 are ``NotFound``; 401 and 403 ``Forbidden`` (EACCES); 408, 429, 5xx,
 resets, timeouts and short bodies are retried; any other answer is a
 ``StorageError`` naming the request (its message carries the server's reason,
 cut short). Requests are counted in ``mountd.io.meter.STORES["hsds"]``.
 
 Concurrency: one ``trio.CapacityLimiter(max_connections)`` bounds the requests
-in flight, and at most as many connections are kept. The service holds no per-call state; any
-number of trio tasks may call it at once.
+in flight, and at most as many connections are kept. The service holds no
+per-call state; any number of trio tasks may call it at once.
 """
 
 from __future__ import annotations
@@ -42,13 +41,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
-import httpx
 import trio
 
 from layouts.storage import DEFAULT_MAX_METADATA, too_large
 from mountd.errors import Corrupt, Forbidden, NotFound, SourceError, StorageError
-from mountd.io.h1 import Endpoint, H1Client, TooLarge
-from mountd.io.http import READ_SIZE, USER_AGENT, tls_failure
+from mountd.io.h1 import Endpoint, H1Client, TooLarge, hot_client
+from mountd.io.http import USER_AGENT, tls_failure
 from mountd.io.meter import STORES
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_status
 
@@ -117,10 +115,7 @@ def endpoint_url(url: str) -> str:
 async def open_service(options: ServiceOptions) -> AsyncIterator[HsdsService]:
     """One client of the service for the life of the context."""
     policy = RetryPolicy(timeout=options.timeout)
-    tls = httpx.create_ssl_context()
-    tls.set_alpn_protocols(["http/1.1"])
-    client = H1Client(stall=policy.stall, max_idle=options.max_connections, ssl_context=tls,
-                      read_size=READ_SIZE)
+    client = hot_client(stall=policy.stall, max_idle=options.max_connections)
     try:
         yield HsdsService(client, options, policy)
     finally:

@@ -103,7 +103,6 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-import httpx
 import trio
 from aiobotocore.config import AioConfig
 from aiobotocore.httpxsession import HttpxSession
@@ -129,8 +128,8 @@ from layouts.errors import LayoutError
 from layouts.storage import ByteRange, Fetched, Listing, ObjectInfo, fetch_each
 from mountd import logsafe
 from mountd.errors import Changed, MountError, NotFound, SourceError, StorageError
-from mountd.io.h1 import Answer, Endpoint, H1Client
-from mountd.io.http import READ_SIZE, USER_AGENT, http_mtime, read_bigger, tls_failure
+from mountd.io.h1 import Answer, Endpoint, H1Client, hot_client
+from mountd.io.http import USER_AGENT, http_mtime, read_bigger, tls_failure
 from mountd.io.meter import STORES
 from mountd.io.retry import RetryPolicy, Transient, retrying, transient_error, transient_status
 from mountd.io.sigv4 import SigV4Signer
@@ -237,10 +236,7 @@ async def open_s3(options: S3Options) -> AsyncIterator[S3Connection]:
         except BotoCoreError as exc:
             raise SourceError(f"cannot set up the S3 client: {exc}") from exc
         read_bigger()
-        tls = httpx.create_ssl_context()
-        tls.set_alpn_protocols(["http/1.1"])
-        hot = H1Client(stall=policy.stall, max_idle=options.max_connections,
-                       ssl_context=tls, read_size=READ_SIZE)
+        hot = hot_client(stall=policy.stall, max_idle=options.max_connections)
         stack.callback(hot.close)
         log.debug("S3 client for %s in %s (%s)", options.endpoint_url or "AWS", region,
                   "unsigned" if options.anon else f"profile {options.profile or 'default'}")
