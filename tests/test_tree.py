@@ -36,7 +36,7 @@ from mountd.cache.chunkcache import ChunkCache
 from mountd.cache.memo import ENTRY_OVERHEAD
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
-from mountd.tree import Tree, make_tree, meta
+from mountd.tree import Tree, groups, make_tree, meta
 from mountd.tree.datasets import DatasetDir
 from mountd.tree.groups import GroupDir
 from mountd.tree.names import display_name, escape, unescape
@@ -770,13 +770,28 @@ def test_escape_is_inverted_for_lookups() -> None:
         assert unescape(shown) is None, shown
 
 
+def claimed_names(links: Sequence[str], suffixes: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """The (link, suffix) of each name a group's links claim, by the mount's
+    rule, built whole here as the oracle: a real link's name wins, then the
+    first to claim it in sorted link order and suffix order."""
+    names: dict[str, tuple[str, str]] = {}
+    for name in sorted(links):
+        for suffix in suffixes:
+            names.setdefault(display_name(name, suffix), (name, suffix))
+    for name in links:
+        names[display_name(name)] = (name, "")
+    return names
+
+
 def test_group_lookups_find_what_the_listing_shows_without_an_index() -> None:
-    """Every name a listing shows is found by lookup as the same entry, among
-    escaped, cut-and-hashed and colliding names (a real ``x.json`` wins over
-    ``x``'s sidecar), and a lookup of 10,000 links neither builds nor keeps an
-    index of the group (the memo sees only the long names' small map)."""
+    """Every name a group's links claim is found by lookup as its link and
+    suffix, among escaped, cut-and-hashed and colliding names (a real
+    ``x.json`` wins over ``x``'s sidecar); the listing shows exactly those
+    names, sorted, after the group's own files; and a lookup of 10,000 links
+    neither builds nor keeps an index of the group (the memo sees only the
+    long names' small map)."""
     tricky = ["a", "a.json", "a.npy.json", "%", ".", "..", "x\0y", "b.npy", "é" * 130,
-              "é" * 130 + "x", "n" * 250, "n" * 250 + ".json", "q.zattrs"]
+              "é" * 130 + "x", "n" * 250, "n" * 250 + ".json", "q.zattrs", "a-b", "a.npy"]
 
     async def main() -> None:
         links = {name: hard("d-x") for name in tricky}
@@ -788,11 +803,12 @@ def test_group_lookups_find_what_the_listing_shows_without_an_index() -> None:
         assert isinstance(root, GroupDir)
         grp = catalog.objects["g-root"]
         assert isinstance(grp, Group)
-        index = root._index(grp)
-        for shown, want in index.names.items():
-            assert root._find(grp, shown) == want, shown
+        want = claimed_names(list(links), [".json", ".npy"])
+        for shown, found in want.items():
+            assert root._find(grp, shown) == found, shown
         for absent in ("d99999", "d00001.csv", "%2", "a.jsonx", "é" * 130 + ".npy~0"):
             assert root._find(grp, absent) is None, absent
+        assert await names(root) == [".zattrs", ".zgroup", *sorted(want)]
         await root.lookup("d00000")
         entries = len(tree.memo._items)
         for i in range(0, 10_000, 7):
@@ -800,6 +816,51 @@ def test_group_lookups_find_what_the_listing_shows_without_an_index() -> None:
         with pytest.raises(NotFound):
             await root.lookup("d99999")
         assert len(tree.memo._items) == entries
+    trio.run(main)
+
+
+def test_a_big_group_is_streamed_as_a_small_one_is_listed() -> None:
+    """A group of more than ``STREAM_LINKS`` links is listed as a stream that
+    never holds its rows whole and memoises nothing, and gives the same
+    entries with the same stats as the whole listing of the same links; a
+    reader resuming from an old cookie gets the same tail; the order of its
+    child directories reaches the preloader when the stream ends."""
+    count = groups.STREAM_LINKS + 300
+    links = {f"k{i:05d}": hard("d-x" if i % 3 else "g-xj") for i in range(count)}
+    links["k00007.json"] = hard("g-pct")
+
+    async def listed(root: GroupDir, stream_links: int) -> list[tuple[str, Stat | None]]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(groups, "STREAM_LINKS", stream_links)
+            listing = root.open_listing()
+            rows = [(name, st) async for _, name, _, st in listing.entries(0)]
+            assert isinstance(listing, SmallOrStreamListing)
+            assert (listing.stream is not None) == (stream_links < len(links))
+            if listing.stream is not None:
+                assert listing.stream.kept <= listing.stream.window
+                tail = [name async for _, name, _, _ in listing.entries(len(rows) - 700)]
+                assert tail == [name for name, _ in rows[-700:]]
+                assert listing.stream.restarts == 1
+        return rows
+
+    async def main() -> None:
+        catalog = make_catalog()
+        catalog.objects["g-root"] = group("g-root", **links)
+        tree = make_tree(CachedCatalog(catalog, ttl=60), views=[NpyView()])
+        root = await walk(tree, "home/u/f.h5")
+        assert isinstance(root, GroupDir)
+        streamed = await listed(root, groups.STREAM_LINKS)
+        assert not [key for key in tree.memo._items if key[0] == "rows"]
+        order = tree.preload._dirs._groups[root.op.key].children
+        assert [child.op.names[-1] for child in order] == sorted(links)
+        whole = await listed(root, len(links))
+        assert [key for key in tree.memo._items if key[0] == "rows"]
+        assert streamed == whole
+        groups_at = {name for name, link in links.items() if link.target.startswith("g-")}
+        want = [shown for shown, (name, suffix) in claimed_names(list(links), [".json", ".npy"])
+                .items() if not (suffix == ".npy" and name in groups_at)]
+        assert [name for name, _ in whole] == [".zattrs", ".zgroup", *sorted(want)]
+        assert all(st is not None for _, st in whole)
     trio.run(main)
 
 

@@ -5,27 +5,33 @@ directory, its sidecar and the entries of the views that apply to it; a
 symlink for a soft or external link, or a hard link back to an ancestor,
 plus symlinks to the target's sidecar and views), the group's own files
 (``.zattrs``, ``.zgroup``, and the mount root's ``.root.json`` and
-``.root.h5``), and how names map to links: a listing sorts them all once
-(a real link's name wins over a generated one), while a lookup maps its name
-back to the link in O(1), with no per-group index that a group of 100,000
-links would have to keep or rebuild. ``Symlink`` is a link's node;
-``object_dir`` makes the directory node for an object of a given kind.
+``.root.h5``), and how names map to links: a lookup maps its name back to
+the link in O(1) (a real link's name wins over a generated one), and a
+listing gives the entries sorted by name, merged from the links sorted once
+per suffix, with each name kept only where a lookup of it leads back to the
+same link. No per-group index of names is kept or built.
 
-Listing a group fetches its children's objects in batches and makes every
-entry with its stat, ``LIST_CONCURRENCY`` links at a time. The rows are
-memoised with the group object and checked, before reuse, against the
-child objects they were made from; a group with soft, external or cyclic
-links is listed afresh each time, as its symlink texts depend on other
-groups. Listing a group tells the preloader the order of its child
-directories, and listing one of them may load the next ones ahead.
+Listing a group fetches its children's objects ``LOAD_WINDOW`` entries at a
+time and makes every entry with its stat, ``LIST_CONCURRENCY`` links at a
+time. A group of up to ``STREAM_LINKS`` links is listed whole and its rows
+memoised with the group object, checked before reuse against the child
+objects they were made from; a group with soft, external or cyclic links is
+listed afresh each time, as its symlink texts depend on other groups. A
+bigger group is streamed (``SmallOrStreamListing``): its rows are made a
+window at a time as the reader asks and never all held, so a listing of
+100,000 links costs no more than the entries the kernel keeps. Listing a
+group tells the preloader the order of its child directories, and listing
+one of them may load the next ones ahead.
 
-Concurrency: nodes are immutable; the memo and the name index change only
-in synchronous calls.
+Concurrency: nodes are immutable; the memo changes only in synchronous
+calls; a streamed listing's state is its own generator's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,12 +44,13 @@ from mountd.tree.h5view import H5ViewFile
 from mountd.tree.meta import ZATTRS_NAME, ZGROUP_NAME, sidecar_file, zattrs_file, zgroup_file
 from mountd.tree.names import display_name, fits, unescape
 from mountd.tree.nodes import (
+    STREAM_BATCH,
     DirListing,
     FlatRows,
     Node,
     NodeType,
     Row,
-    SnapshotListing,
+    SmallOrStreamListing,
     Stat,
     SymlinkNode,
     listed_stat,
@@ -67,6 +74,10 @@ if TYPE_CHECKING:
 
 #: Children whose objects are fetched ahead when a group is loaded in the background.
 PRELOAD_LINKS = 1000
+#: Links past which a group's listing is streamed instead of made whole and memoised.
+STREAM_LINKS = 4096
+#: Entries of a listing whose objects are fetched together before their rows are made.
+LOAD_WINDOW = 1024
 #: Rough bytes one name of a group's long-name map costs, for the memo's budget.
 _INDEX_ENTRY_BYTES = 200
 #: Rough bytes one memoised readdir row costs beyond its node (which the inode
@@ -124,14 +135,6 @@ class _Rows:
                 if isinstance(node, ObjectDir)]
 
 
-@dataclass(frozen=True, slots=True)
-class _GroupIndex:
-    """Entry name -> (link name, suffix), real link names winning; and the names sorted."""
-
-    names: dict[str, tuple[str, str]]
-    order: list[str]
-
-
 class GroupDir(ObjectDir):
     """A group: for each link ``P``, the entries ``P``, ``P.json`` and views."""
 
@@ -144,23 +147,27 @@ class GroupDir(ObjectDir):
     def _suffixes(self) -> list[str]:
         return [SIDECAR, *(view.suffix for view in self.tree.entry_views)]
 
-    def _index(self, group: Group) -> _GroupIndex:
-        """Every entry name of the group: the link names with each suffix in
-        sorted order, the first to claim a name keeping it, real links winning."""
-        names: dict[str, tuple[str, str]] = {}
-        suffixes = self._suffixes()
-        for name in sorted(group.links):
-            for suffix in suffixes:
-                names.setdefault(display_name(name, suffix), (name, suffix))
-        for name in group.links:
-            names[display_name(name)] = (name, "")
-        return _GroupIndex(names, sorted(names))
+    def _entry_names(self, group: Group) -> Iterator[tuple[str, str, str]]:
+        """``(shown name, link name, suffix)`` of every name the group's links
+        claim, sorted by shown name: the links sorted once per suffix (a list of
+        references each; the names are made as the merge reaches them), each
+        name kept where ``_find`` leads back to the same link and suffix. A
+        claimed name whose view does not apply to its object shows nothing."""
+        links = group.links
+
+        def claims(suffix: str) -> Iterator[tuple[str, str, str]]:
+            for name in sorted(links, key=lambda name: display_name(name, suffix)):
+                yield display_name(name, suffix), name, suffix
+
+        for shown, name, suffix in heapq.merge(*map(claims, ["", *self._suffixes()])):
+            if suffix == "" or self._find(group, shown) == (name, suffix):
+                yield shown, name, suffix
 
     def _find(self, group: Group, name: str) -> tuple[str, str] | None:
-        """The (link name, suffix) of the entry shown as ``name``, as ``_index``
-        would give it, in O(1) with no index: the name is mapped back to its link
-        (``names.unescape``); only a cut and hashed long name needs the small
-        map of the group's long names (``_long_names``)."""
+        """The (link name, suffix) of the entry shown as ``name``, a real link's
+        name winning over a generated one, in O(1) with no index: the name is
+        mapped back to its link (``names.unescape``); only a cut and hashed
+        long name needs the small map of the group's long names (``_long_names``)."""
         links = group.links
         raw = unescape(name)
         if raw is not None and raw in links and display_name(raw) == name:
@@ -193,10 +200,11 @@ class GroupDir(ObjectDir):
         return found
 
     def open_listing(self) -> DirListing:
-        return SnapshotListing(self.listing)
+        return SmallOrStreamListing(self._whole, self._batches)
 
-    async def listing(self) -> Sequence[Row]:
-        """Every entry with its stat, sorted by name after the group's own files.
+    async def _whole(self) -> Sequence[Row] | None:
+        """Every entry with its stat, if the group has at most ``STREAM_LINKS``
+        links; else None: stream them (``_batches``).
 
         The rows are memoised with the group object and checked, before
         reuse, against the child objects they were made from (one dict
@@ -205,6 +213,8 @@ class GroupDir(ObjectDir):
         """
         group = await self.tree.group(self.op)
         self.tree.preload.dir_opened(self)
+        if len(group.links) > STREAM_LINKS:
+            return None
         key = ("rows", self.op.key)
         rows: _Rows | None = self.tree.memo.get(key, group, self.op.domain)
         if rows is None or not self.tree.all_fresh(self.op.domain, rows.objects):
@@ -215,23 +225,8 @@ class GroupDir(ObjectDir):
         return rows.rows
 
     async def _rows(self, group: Group) -> _Rows:
-        index = self._index(group)
-        times = self.tree.times(self.op, group)
+        rows = FlatRows([row async for batch in self._row_batches(group) for row in batch])
         children = self._children(group)
-        await self.tree.load_objects(self.op.domain, [op.id for op in children])
-        per_link: dict[str, dict[str, Node]] = {}
-
-        async def fill(name: str) -> None:
-            per_link[name] = await self._link_entries(name, group.links[name], times, True)
-
-        await for_each(list(group.links), fill, LIST_CONCURRENCY)
-        rows = [Row(name, node, await listed_stat(node))
-                for name, node in self._own_files().items() if name not in index.names]
-        for shown in index.order:
-            name, suffix = index.names[shown]
-            node = per_link[name].get(suffix)
-            if node is not None:
-                rows.append(Row(shown, node, await listed_stat(node)))
         objects: list[tuple[str, AnyObject]] | None = None
         if len(children) == len(group.links):
             objects = []
@@ -241,12 +236,68 @@ class GroupDir(ObjectDir):
                     objects = None
                     break
                 objects.append((op.id, obj))
-        return _Rows(FlatRows(rows), objects)
+        return _Rows(rows, objects)
+
+    async def _batches(self) -> AsyncIterator[list[Row]]:
+        """The rows of a group too big to list whole, as ``_row_batches`` makes
+        them; at the end, the order of its child directories goes to the
+        preloader (the nodes the rows gave, so nothing more is made)."""
+        group = await self.tree.group(self.op)
+        dirs: list[tuple[Hashable, ObjectDir]] = []
+        async for batch in self._row_batches(group):
+            dirs.extend((node.op.key, node) for _, node, _ in batch
+                        if isinstance(node, ObjectDir))
+            yield batch
+        self.tree.preload.remember(self.op.key, group, lambda: dirs)
+
+    async def _row_batches(self, group: Group) -> AsyncIterator[list[Row]]:
+        """Every entry with its stat, in batches of at most ``STREAM_BATCH``: the
+        group's own files, then the links' entries sorted by name. The objects
+        of ``LOAD_WINDOW`` entries are fetched together, then their rows made."""
+        own = [Row(name, node, await listed_stat(node))
+               for name, node in self._own_files().items() if self._find(group, name) is None]
+        if own:
+            yield own
+        times = self.tree.times(self.op, group)
+        names = self._entry_names(group)
+        while window := list(itertools.islice(names, LOAD_WINDOW)):
+            links = list(dict.fromkeys(name for _, name, _ in window))
+            per_link = await self._entries_of(group, links, times)
+            rows: list[Row] = []
+            for shown, name, suffix in window:
+                node = per_link[name].get(suffix)
+                if node is not None:
+                    rows.append(Row(shown, node, await listed_stat(node)))
+            for start in range(0, len(rows), STREAM_BATCH):
+                yield rows[start:start + STREAM_BATCH]
+
+    async def _entries_of(self, group: Group, links: list[str], times: tuple[float, float]
+                          ) -> dict[str, dict[str, Node]]:
+        """The entries of each of the group's ``links`` for a listing, by link
+        name, their objects fetched first, together."""
+        await self.tree.load_objects(self.op.domain,
+                                     [op.id for op in self._children_of(group, links)])
+        per_link: dict[str, dict[str, Node]] = {}
+
+        async def fill(name: str) -> None:
+            per_link[name] = await self._link_entries(name, group.links[name], times, True)
+
+        await for_each(links, fill, LIST_CONCURRENCY)
+        return per_link
 
     def _children(self, group: Group) -> list[ObjPath]:
         """Where the group's hard links lead, leaving out links back to an ancestor."""
-        return [self.op.child(name, link.target) for name, link in group.links.items()
-                if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None]
+        return self._children_of(group, group.links)
+
+    def _children_of(self, group: Group, names: Iterable[str]) -> list[ObjPath]:
+        """Where the hard links ``names`` of the group lead, leaving out links
+        back to an ancestor."""
+        children = []
+        for name in names:
+            link = group.links[name]
+            if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None:
+                children.append(self.op.child(name, link.target))
+        return children
 
     def loaded(self) -> bool:
         """True once the group's rows are made and still current."""
