@@ -821,41 +821,46 @@ def test_group_lookups_find_what_the_listing_shows_without_an_index() -> None:
 
 def test_a_big_group_is_streamed_as_a_small_one_is_listed() -> None:
     """A group of more than ``STREAM_LINKS`` links is listed as a stream that
-    never holds its rows whole and memoises nothing, and gives the same
-    entries with the same stats as the whole listing of the same links; a
-    reader resuming from an old cookie gets the same tail; the order of its
-    child directories reaches the preloader when the stream ends."""
+    never holds more than its window, and gives the same entries with the same
+    stats as the whole listing of the same links; a reader resuming from an old
+    cookie gets the same tail. Once the stream ends its rows are memoised and
+    the order of its child directories reaches the preloader, so listing it
+    again is whole, with no stream."""
     count = groups.STREAM_LINKS + 300
     links = {f"k{i:05d}": hard("d-x" if i % 3 else "g-xj") for i in range(count)}
     links["k00007.json"] = hard("g-pct")
+    catalog = make_catalog()
+    catalog.objects["g-root"] = group("g-root", **links)
 
-    async def listed(root: GroupDir, stream_links: int) -> list[tuple[str, Stat | None]]:
+    async def listed(stream_links: int, streamed: bool,
+                     tree: Tree | None = None) -> tuple[list[tuple[str, Stat | None]], Tree]:
+        tree = tree or make_tree(CachedCatalog(catalog, ttl=60), views=[NpyView()])
+        root = await walk(tree, "home/u/f.h5")
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(groups, "STREAM_LINKS", stream_links)
             listing = root.open_listing()
             rows = [(name, st) async for _, name, _, st in listing.entries(0)]
             assert isinstance(listing, SmallOrStreamListing)
-            assert (listing.stream is not None) == (stream_links < len(links))
+            assert (listing.stream is not None) == streamed
             if listing.stream is not None:
                 assert listing.stream.kept <= listing.stream.window
                 tail = [name async for _, name, _, _ in listing.entries(len(rows) - 700)]
                 assert tail == [name for name, _ in rows[-700:]]
                 assert listing.stream.restarts == 1
-        return rows
+        return rows, tree
+
+    def shapes(rows: list[tuple[str, Stat | None]]) -> list[tuple[str, object]]:
+        return [(name, st and (st.type, st.size, st.exact)) for name, st in rows]
 
     async def main() -> None:
-        catalog = make_catalog()
-        catalog.objects["g-root"] = group("g-root", **links)
-        tree = make_tree(CachedCatalog(catalog, ttl=60), views=[NpyView()])
+        streamed, tree = await listed(groups.STREAM_LINKS, streamed=True)
         root = await walk(tree, "home/u/f.h5")
-        assert isinstance(root, GroupDir)
-        streamed = await listed(root, groups.STREAM_LINKS)
-        assert not [key for key in tree.memo._items if key[0] == "rows"]
         order = tree.preload._dirs._groups[root.op.key].children
         assert [child.op.names[-1] for child in order] == sorted(links)
-        whole = await listed(root, len(links))
-        assert [key for key in tree.memo._items if key[0] == "rows"]
-        assert streamed == whole
+        again, _ = await listed(groups.STREAM_LINKS, streamed=False, tree=tree)
+        assert again == streamed
+        whole, _ = await listed(len(links), streamed=False)
+        assert shapes(whole) == shapes(streamed)
         groups_at = {name for name, link in links.items() if link.target.startswith("g-")}
         want = [shown for shown, (name, suffix) in claimed_names(list(links), [".json", ".npy"])
                 .items() if not (suffix == ".npy" and name in groups_at)]

@@ -49,7 +49,7 @@ from mountd.errors import MountError, NotFound, StorageError
 from mountd.io import readahead
 from mountd.tree.fanout import for_each
 from mountd.tree.links import Links
-from mountd.tree.paths import ObjPath, Places
+from mountd.tree.paths import SIDECAR, ObjPath, Places
 from mountd.tree.preload import Preloader
 from mountd.tree.refindex import RefIndex
 from mountd.tree.sizerecords import SizeRecords
@@ -80,6 +80,9 @@ class Tree:
         self.views = tuple(views)
         #: The views that show an entry ``P<suffix>`` beside the objects they apply to.
         self.entry_views = tuple(v for v in self.views if isinstance(v, FileView))
+        #: The suffixes of a link's generated entries, in the order they claim
+        #: names: the sidecar's, then the entry views'.
+        self.entry_suffixes = (SIDECAR, *(view.suffix for view in self.entry_views))
         #: The views that add a key to the sidecars of the objects they apply to.
         self.sidecar_views = tuple(v for v in self.views if v.sidecar_key is not None)
         self.chunk_cache = chunk_cache or ChunkCache(0)

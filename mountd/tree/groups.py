@@ -144,9 +144,6 @@ class GroupDir(ObjectDir):
         super().__init__(tree, op)
         self.mount_root = mount_root
 
-    def _suffixes(self) -> list[str]:
-        return [SIDECAR, *(view.suffix for view in self.tree.entry_views)]
-
     def _entry_names(self, group: Group) -> Iterator[tuple[str, str, str]]:
         """``(shown name, link name, suffix)`` of every name the group's links
         claim, sorted by shown name: the links sorted once per suffix (a list of
@@ -159,7 +156,7 @@ class GroupDir(ObjectDir):
             for name in sorted(links, key=lambda name: display_name(name, suffix)):
                 yield display_name(name, suffix), name, suffix
 
-        for shown, name, suffix in heapq.merge(*map(claims, ["", *self._suffixes()])):
+        for shown, name, suffix in heapq.merge(*map(claims, ("", *self.tree.entry_suffixes))):
             if suffix == "" or self._find(group, shown) == (name, suffix):
                 yield shown, name, suffix
 
@@ -172,7 +169,7 @@ class GroupDir(ObjectDir):
         raw = unescape(name)
         if raw is not None and raw in links and display_name(raw) == name:
             return raw, ""
-        for suffix in self._suffixes():
+        for suffix in self.tree.entry_suffixes:
             if name.endswith(suffix):
                 raw = unescape(name[:-len(suffix)])
                 if raw is not None and raw in links and display_name(raw, suffix) == name:
@@ -187,7 +184,7 @@ class GroupDir(ObjectDir):
         found: dict[str, tuple[str, str]] | None = self.tree.memo.get(key, group)
         if found is not None:
             return found
-        suffixes = self._suffixes()
+        suffixes = self.tree.entry_suffixes
         longest = max(len(suffix.encode()) for suffix in suffixes)
         found = {}
         long_links = sorted(name for name in group.links if not fits(name, longest))
@@ -203,52 +200,61 @@ class GroupDir(ObjectDir):
         return SmallOrStreamListing(self._whole, self._batches)
 
     async def _whole(self) -> Sequence[Row] | None:
-        """Every entry with its stat, if the group has at most ``STREAM_LINKS``
-        links; else None: stream them (``_batches``).
-
-        The rows are memoised with the group object and checked, before
-        reuse, against the child objects they were made from (one dict
-        lookup each, no I/O); a group with soft, external or cyclic links is
-        computed afresh each time, as its symlink texts depend on other groups.
-        """
+        """Every entry with its stat, if the rows are memoised and current or
+        the group has at most ``STREAM_LINKS`` links; else None: stream them
+        (``_batches``)."""
         group = await self.tree.group(self.op)
         self.tree.preload.dir_opened(self)
-        if len(group.links) > STREAM_LINKS:
-            return None
-        key = ("rows", self.op.key)
-        rows: _Rows | None = self.tree.memo.get(key, group, self.op.domain)
-        if rows is None or not self.tree.all_fresh(self.op.domain, rows.objects):
-            rows = await self._rows(group)
-            if rows.objects is not None:
-                self.tree.memo.put(key, rows, _ROW_BYTES * len(rows.rows), group, self.op.domain)
+        rows = self._kept(group)
+        if rows is None:
+            if len(group.links) > STREAM_LINKS:
+                return None
+            made = FlatRows()
+            async for batch in self._row_batches(group):
+                made.extend(batch)
+            rows = self._keep(group, made)
         self.tree.preload.remember(self.op.key, rows, rows.dirs)
         return rows.rows
 
-    async def _rows(self, group: Group) -> _Rows:
-        rows = FlatRows([row async for batch in self._row_batches(group) for row in batch])
+    async def _batches(self) -> AsyncIterator[list[Row]]:
+        """The rows of a group too big to list whole, as ``_row_batches`` makes
+        them, kept flat as they go; once all are made, memoised (``_keep``)
+        and the order of its child directories given to the preloader."""
+        group = await self.tree.group(self.op)
+        made = FlatRows()
+        async for batch in self._row_batches(group):
+            made.extend(batch)
+            yield batch
+        rows = self._keep(group, made)
+        self.tree.preload.remember(self.op.key, rows, rows.dirs)
+
+    def _kept(self, group: Group) -> _Rows | None:
+        """The memoised rows of the group, if still current: checked against
+        the child objects they were made from (one dict lookup each, no I/O)."""
+        rows: _Rows | None = self.tree.memo.get(("rows", self.op.key), group, self.op.domain)
+        if rows is None or not self.tree.all_fresh(self.op.domain, rows.objects):
+            return None
+        return rows
+
+    def _keep(self, group: Group, made: FlatRows) -> _Rows:
+        """The rows made for the group, memoised unless it has soft, external or
+        cyclic links (their symlink texts depend on other groups) or a child
+        object was not loaded (an error: the rows are made again next time)."""
         children = self._children(group)
         objects: list[tuple[str, AnyObject]] | None = None
         if len(children) == len(group.links):
             objects = []
             for op in children:
                 obj = self.tree.peek(op)
-                if obj is None:  # not loaded (an error): make the rows again next time
+                if obj is None:
                     objects = None
                     break
                 objects.append((op.id, obj))
-        return _Rows(rows, objects)
-
-    async def _batches(self) -> AsyncIterator[list[Row]]:
-        """The rows of a group too big to list whole, as ``_row_batches`` makes
-        them; at the end, the order of its child directories goes to the
-        preloader (the nodes the rows gave, so nothing more is made)."""
-        group = await self.tree.group(self.op)
-        dirs: list[tuple[Hashable, ObjectDir]] = []
-        async for batch in self._row_batches(group):
-            dirs.extend((node.op.key, node) for _, node, _ in batch
-                        if isinstance(node, ObjectDir))
-            yield batch
-        self.tree.preload.remember(self.op.key, group, lambda: dirs)
+        rows = _Rows(made, objects)
+        if objects is not None:
+            self.tree.memo.put(("rows", self.op.key), rows, _ROW_BYTES * len(made),
+                               group, self.op.domain)
+        return rows
 
     async def _row_batches(self, group: Group) -> AsyncIterator[list[Row]]:
         """Every entry with its stat, in batches of at most ``STREAM_BATCH``: the
@@ -302,10 +308,7 @@ class GroupDir(ObjectDir):
     def loaded(self) -> bool:
         """True once the group's rows are made and still current."""
         group = self.tree.peek(self.op)
-        if not isinstance(group, Group):
-            return False
-        rows: _Rows | None = self.tree.memo.get(("rows", self.op.key), group, self.op.domain)
-        return rows is not None and self.tree.all_fresh(self.op.domain, rows.objects)
+        return isinstance(group, Group) and self._kept(group) is not None
 
     async def preload(self) -> None:
         """Fetch the group and the objects of its first ``PRELOAD_LINKS`` children."""

@@ -151,12 +151,17 @@ class Row(NamedTuple):
 class FlatRows(Sequence[Row]):
     """Rows kept in one flat list (name, node, stat, name, node, stat...),
     with no tuple per row: a group's memoised listing of 100,000 children
-    keeps 300,000 rows. Reading a slice makes its ``Row`` tuples then."""
+    keeps 300,000 rows. Reading a slice makes its ``Row`` tuples then.
+    Rows are added (``extend``) only while the listing is being made."""
 
     __slots__ = ("_flat",)
 
-    def __init__(self, rows: Iterable[Row]) -> None:
-        self._flat: list[Any] = [field for row in rows for field in row]
+    def __init__(self, rows: Iterable[Row] = ()) -> None:
+        self._flat: list[Any] = []
+        self.extend(rows)
+
+    def extend(self, rows: Iterable[Row]) -> None:
+        self._flat.extend(field for row in rows for field in row)
 
     def __len__(self) -> int:
         return len(self._flat) // 3
