@@ -13,15 +13,15 @@ same link. No per-group index of names is kept or built.
 
 Listing a group fetches its children's objects ``LOAD_WINDOW`` entries at a
 time and makes every entry with its stat, ``LIST_CONCURRENCY`` links at a
-time. A group of up to ``STREAM_LINKS`` links is listed whole and its rows
-memoised with the group object, checked before reuse against the child
+time. A group of up to ``STREAM_LINKS`` links is listed whole; a bigger one
+is streamed (``SmallOrStreamListing``): its rows are made a window at a time
+as the reader asks, so no map of its names or of its links' entries is ever
+made whole. Either way the rows, kept flat, are memoised with the group
+object once all are made, and checked before reuse against the child
 objects they were made from; a group with soft, external or cyclic links is
-listed afresh each time, as its symlink texts depend on other groups. A
-bigger group is streamed (``SmallOrStreamListing``): its rows are made a
-window at a time as the reader asks and never all held, so a listing of
-100,000 links costs no more than the entries the kernel keeps. Listing a
-group tells the preloader the order of its child directories, and listing
-one of them may load the next ones ahead.
+listed afresh each time, as its symlink texts depend on other groups.
+Listing a group tells the preloader the order of its child directories, and
+listing one of them may load the next ones ahead.
 
 Concurrency: nodes are immutable; the memo changes only in synchronous
 calls; a streamed listing's state is its own generator's.
