@@ -821,11 +821,12 @@ def test_group_lookups_find_what_the_listing_shows_without_an_index() -> None:
 
 def test_a_big_group_is_streamed_as_a_small_one_is_listed() -> None:
     """A group of more than ``STREAM_LINKS`` links is listed as a stream that
-    never holds more than its window, and gives the same entries with the same
-    stats as the whole listing of the same links; a reader resuming from an old
-    cookie gets the same tail. Once the stream ends its rows are memoised and
-    the order of its child directories reaches the preloader, so listing it
-    again is whole, with no stream."""
+    keeps no more than its window, and gives the same entries with the same
+    types and sizes as a whole listing of the same links (the times are each
+    tree's start); a reader resuming from an old cookie gets the same tail.
+    Once the stream ends its rows are memoised and the order of its child
+    directories reaches the preloader, so listing it again is whole, with no
+    stream, and gives the very same rows."""
     count = groups.STREAM_LINKS + 300
     links = {f"k{i:05d}": hard("d-x" if i % 3 else "g-xj") for i in range(count)}
     links["k00007.json"] = hard("g-pct")
