@@ -9,7 +9,9 @@ plus symlinks to the target's sidecar and views), the group's own files
 the link in O(1) (a real link's name wins over a generated one), and a
 listing gives the entries sorted by name, merged from the links sorted once
 per suffix, with each name kept only where a lookup of it leads back to the
-same link. No per-group index of names is kept or built.
+same link. No per-group index of names is kept or built. ``Symlink`` is a
+link's node; ``object_dir`` makes the directory node for an object of a
+given kind.
 
 Listing a group fetches its children's objects ``LOAD_WINDOW`` entries at a
 time and makes every entry with its stat, ``LIST_CONCURRENCY`` links at a
@@ -239,17 +241,20 @@ class GroupDir(ObjectDir):
     def _keep(self, group: Group, made: FlatRows) -> _Rows:
         """The rows made for the group, memoised unless it has soft, external or
         cyclic links (their symlink texts depend on other groups) or a child
-        object was not loaded (an error: the rows are made again next time)."""
-        children = self._children(group)
+        object was not loaded (an error: the rows are made again next time).
+        Each hard link to a child shows the child's directory (a real link's
+        name always wins), and every other link a symlink, so the rows' object
+        directories are the children, one for each link when all are."""
+        children = [node for node in made.nodes() if isinstance(node, ObjectDir)]
         objects: list[tuple[str, AnyObject]] | None = None
         if len(children) == len(group.links):
             objects = []
-            for op in children:
-                obj = self.tree.peek(op)
+            for child in children:
+                obj = self.tree.peek(child.op)
                 if obj is None:
                     objects = None
                     break
-                objects.append((op.id, obj))
+                objects.append((child.op.id, obj))
         rows = _Rows(made, objects)
         if objects is not None:
             self.tree.memo.put(("rows", self.op.key), rows, _ROW_BYTES * len(made),
@@ -281,8 +286,7 @@ class GroupDir(ObjectDir):
                           ) -> dict[str, dict[str, Node]]:
         """The entries of each of the group's ``links`` for a listing, by link
         name, their objects fetched first, together."""
-        await self.tree.load_objects(self.op.domain,
-                                     [op.id for op in self._children_of(group, links)])
+        await self.tree.load_objects(self.op.domain, list(self._child_ids(group, links)))
         per_link: dict[str, dict[str, Node]] = {}
 
         async def fill(name: str) -> None:
@@ -291,19 +295,13 @@ class GroupDir(ObjectDir):
         await for_each(links, fill, LIST_CONCURRENCY)
         return per_link
 
-    def _children(self, group: Group) -> list[ObjPath]:
-        """Where the group's hard links lead, leaving out links back to an ancestor."""
-        return self._children_of(group, group.links)
-
-    def _children_of(self, group: Group, names: Iterable[str]) -> list[ObjPath]:
-        """Where the hard links ``names`` of the group lead, leaving out links
-        back to an ancestor."""
-        children = []
+    def _child_ids(self, group: Group, names: Iterable[str]) -> Iterator[str]:
+        """The ids of the children the hard links ``names`` of the group lead
+        to, leaving out links back to an ancestor."""
         for name in names:
             link = group.links[name]
             if link.kind is LinkKind.HARD and self.op.ancestor(link.target) is None:
-                children.append(self.op.child(name, link.target))
-        return children
+                yield link.target
 
     def loaded(self) -> bool:
         """True once the group's rows are made and still current."""
@@ -314,8 +312,9 @@ class GroupDir(ObjectDir):
         """Fetch the group and the objects of its first ``PRELOAD_LINKS`` children."""
         async with self.tree.preload.limiter:
             group = await self.tree.group(self.op)
-        children = self._children(group)[:PRELOAD_LINKS]
-        await self.tree.load_objects(self.op.domain, [op.id for op in children])
+        await self.tree.load_objects(
+            self.op.domain, list(itertools.islice(self._child_ids(group, group.links),
+                                                  PRELOAD_LINKS)))
 
     async def lookup(self, name: str) -> Node:
         group = await self.tree.group(self.op)
