@@ -52,13 +52,15 @@ from layouts.views import VIEWS
 from mountd import logsafe, stats
 from mountd.acls import AclPolicy, read_map
 from mountd.cache.chunkcache import ChunkCache
+from mountd.cache.memlimit import HEADROOM, Elastic, Lender, MemoryLimit
 from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.errors import MountError, SourceError
 from mountd.fuse_ops import Operations, Owner
 from mountd.gcpolicy import tune_gc
+from mountd.io.blockcache import BlockCache
 from mountd.sources import Source, open_source
-from mountd.tree import make_tree
+from mountd.tree import Tree, make_tree
 from mountd.tree.h5view import H5Views
 from mountd.tree.sizerecords import SizeRecords
 
@@ -312,6 +314,28 @@ def acl_policy(config: MountConfig) -> AclPolicy | None:
     return AclPolicy(read_map(Path(config.acl_map)) if config.acl_map else None)
 
 
+def memory_limit(config: MountConfig, tree: Tree, blocks: BlockCache | None
+                 ) -> MemoryLimit | None:
+    """The mount's ``-o memory_limit`` over its caches, or None when it is 0.
+
+    The lenders, in the order they give way: the block cache (refetching a block
+    costs a request), the memo (made again from cached objects), the chunk cache
+    last and least (a sequential reader needs a chunk row of it)."""
+    caches: list[tuple[str, Elastic, int]] = []
+    if blocks is not None:
+        caches.append(("blocks", blocks, 8))
+    caches += [("memo", tree.memo, 8), ("chunks", tree.chunk_cache, 2)]
+    lenders = [Lender(name, cache, cache.budget, cache.budget // share)
+               for name, cache, share in caches]
+    limit = config.memory_limit
+    if limit is None:
+        limit = sum(lender.full for lender in lenders) + HEADROOM
+    if not limit:
+        return None
+    held = tree.held
+    return MemoryLimit(limit, lenders, besides=lambda: held.used)
+
+
 async def _serve(config: MountConfig, source: Source, ready: Callable[[], None]) -> None:
     """Make the mount's parts, each once and before the parts that use it (the
     chunk cache, the catalog, the ``D.h5`` views, the tree, its root node, the
@@ -326,13 +350,14 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
     tree = make_tree(catalog, views=VIEWS, ttl=config.metadata_ttl, chunk_cache=cache,
                      h5views=H5Views.for_mount(config), memo_bytes=config.meta_cache,
                      size_records=SizeRecords(disk, config.source))
+    limiter = memory_limit(config, tree, source.block_cache)
     started, started_monotonic = time.time(), time.monotonic()
 
     def reporter(ops: Operations) -> stats.Reporter:
         """The documents of this mount, read from ``ops``: made for the control
         directory as the operations are made, and for each write of the stats
         file; a reporter keeps no state but the start times, which they share."""
-        return stats.Reporter(config, ops, tree, catalog, source.block_cache,
+        return stats.Reporter(config, ops, tree, catalog, source.block_cache, limiter,
                               started=started, started_monotonic=started_monotonic)
 
     ops = Operations(await tree.root(), Owner(config.uid, config.gid), ttl=config.metadata_ttl,
@@ -371,6 +396,8 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
             cache.nursery = background
             if source.block_cache is not None:
                 source.block_cache.nursery = background
+            if limiter is not None:
+                background.start_soon(limiter.run)
             unmount = await _loop(ops, config, ready, report=report, refresh=refresh,
                                   status=status)
             disk = None if source.block_cache is None else source.block_cache.disk

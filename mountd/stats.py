@@ -35,6 +35,7 @@ from typing import Any
 
 from mountd import __version__, logsafe
 from mountd.cache.bufpool import BufferPool
+from mountd.cache.memlimit import MemoryLimit, resident_bytes
 from mountd.cache.metacache import CachedCatalog
 from mountd.config import MountConfig
 from mountd.control import Control, ControlDir
@@ -58,6 +59,7 @@ class Reporter:
     tree: Tree
     catalog: CachedCatalog
     block_cache: BlockCache | None
+    memory_limit: MemoryLimit | None = None
     #: POSIX time and monotonic time the daemon started serving.
     started: float = dataclasses.field(default_factory=time.time)
     started_monotonic: float = dataclasses.field(default_factory=time.monotonic)
@@ -83,7 +85,7 @@ class Reporter:
                      "inodes": len(ops.inodes), "in_flight": ops.in_flight},
             "storage": {kind: meter.figures() for kind, meter in STORES.items()},
             "caches": self._caches(),
-            "memory": _memory(),
+            "memory": _memory(self.memory_limit),
         }
 
     def _caches(self) -> dict[str, dict[str, int]]:
@@ -95,7 +97,7 @@ class Reporter:
                          "entries": len(catalog),
                          "max_entries": catalog.max_entries},
             "memo": {"hits": memo.hits, "misses": memo.misses, "evictions": memo.evictions,
-                     "bytes": memo.used, "budget_bytes": memo.max_bytes},
+                     "bytes": memo.used, "budget_bytes": memo.budget},
             "chunks": {"hits": chunks.hits, "misses": chunks.misses,
                        "evictions": chunks.evictions, "bytes": chunks.used,
                        "budget_bytes": chunks.budget, **_pool(chunks.pool),
@@ -145,13 +147,18 @@ def _pool(pool: BufferPool) -> dict[str, int]:
             "over_budget_peak_bytes": pool.peak_over}
 
 
-def _memory() -> dict[str, int]:
+def _memory(limit: MemoryLimit | None) -> dict[str, int]:
+    """Resident memory now and at its peak, and what ``-o memory_limit`` lent: the
+    limit (without the row bands held now), and the bytes of budgets lowered now
+    and at most."""
     doc = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     try:
-        with open("/proc/self/statm") as f:
-            doc["rss_bytes"] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        doc["rss_bytes"] = resident_bytes()
     except (OSError, ValueError, IndexError):
         log.debug("no /proc/self/statm; current RSS not reported")
+    if limit is not None:
+        doc |= {"limit_bytes": limit.limit, "lent_bytes": limit.lent,
+                "lent_peak_bytes": limit.peak_lent}
     return doc
 
 

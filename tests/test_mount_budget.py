@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from mountd.cache.memlimit import HEADROOM
 from tests.moto_server import MotoServer
 from tests.mounting import daemon_pids, fuse_available, mounted
 from tests.test_control import stats
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.mount, pytest.mark.server,
 
 MIB = 1 << 20
 BUCKET = "budget"
-CACHE_SIZE, CHUNK_CACHE = 2 * MIB, 4 * MIB
+CACHE_SIZE, CHUNK_CACHE, META_CACHE = 2 * MIB, 4 * MIB, 8 * MIB
 #: Memory past the budgets a daemon may grow by while it streams: the requests
 #: and decodes under way, and what the C library keeps of their buffers.
 SLACK = 100 * MIB
@@ -61,7 +62,8 @@ def s3_rows(moto: MotoServer, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def mount(moto: MotoServer, s3_rows: str, tmp_path: Path) -> Iterator[Path]:
-    options = f"cache_size={CACHE_SIZE},chunk_cache={CHUNK_CACHE},metadata_ttl=86400"
+    options = (f"cache_size={CACHE_SIZE},chunk_cache={CHUNK_CACHE},meta_cache={META_CACHE},"
+               "metadata_ttl=86400")
     with mounted(s3_rows, tmp_path / "mp", "--endpoint-url", moto.endpoint, "-o", options,
                  env=moto.env()) as mp:
         yield mp
@@ -92,6 +94,53 @@ def test_streaming_readers_keep_the_budgets(mount: Path) -> None:
         assert figures["mapped_bytes"] <= budget, (name, figures)
         assert figures["over_budget_peak_bytes"] <= IN_FLIGHT, (name, figures)
     assert caches["blocks"]["misses"] > 0 and caches["chunks"]["misses"] > 0
+    memory = stats(mount)["memory"]  # the default limit, never reached here
+    assert memory["limit_bytes"] == CACHE_SIZE + CHUNK_CACHE + META_CACHE + HEADROOM
+    assert memory["lent_peak_bytes"] == 0
     peak_kib = memory_kib(pid, "VmHWM")
     assert (peak_kib - start_kib) * 1024 <= CACHE_SIZE + CHUNK_CACHE + SLACK, \
         (start_kib, peak_kib)
+
+
+def test_under_a_memory_limit_it_cannot_keep_the_caches_give_way_and_reads_stay_right(
+        moto: MotoServer, s3_rows: str, tmp_path: Path) -> None:
+    """``-o memory_limit`` below what the daemon needs to run at all: every cache
+    is lowered to its floor (an eighth of the block cache and the memo, half the
+    chunk cache), keeps to it while three readers stream, the log says once that
+    the limit cannot be kept and why the chunk cache is short of a chunk row,
+    and every byte read is numpy's."""
+    log = tmp_path / "daemon.log"
+    options = (f"cache_size={CACHE_SIZE},chunk_cache={CHUNK_CACHE},meta_cache={META_CACHE},"
+               f"metadata_ttl=86400,memory_limit=1M,log_file={log},log_level=info")
+    with mounted(s3_rows, tmp_path / "mp", "--endpoint-url", moto.endpoint, "-o", options,
+                 env=moto.env()) as mount:
+        npy = mount / NPY
+        want = npy_bytes(expected())
+        got: list[bytes] = []
+        for _ in range(2):
+            drop_pages(npy)
+            readers = [threading.Thread(target=lambda: got.append(cat(npy)))
+                       for _ in range(READERS)]
+            for reader in readers:
+                reader.start()
+            for reader in readers:
+                reader.join()
+        assert len(got) == 2 * READERS and all(data == want for data in got)
+        doc = stats(mount)
+    caches, memory = doc["caches"], doc["memory"]
+    floors = {"blocks": CACHE_SIZE // 8, "memo": META_CACHE // 8, "chunks": CHUNK_CACHE // 2}
+    for name, floor in floors.items():
+        assert caches[name]["budget_bytes"] == floor, (name, caches[name])
+        assert caches[name]["bytes"] <= floor, (name, caches[name])
+    for name in ("blocks", "chunks"):
+        assert caches[name]["mapped_bytes"] <= floors[name] + IN_FLIGHT, (name, caches[name])
+    assert caches["chunks"]["evictions"] > 0
+    assert memory["limit_bytes"] == MIB and memory["rss_bytes"] > MIB
+    assert memory["lent_bytes"] == memory["lent_peak_bytes"] == \
+        CACHE_SIZE + CHUNK_CACHE + META_CACHE - sum(floors.values())
+    text = log.read_text()
+    assert "cache budgets lowered" in text
+    assert text.count("with every cache at its floor") == 1
+    # A chunk row of data.npy (8 chunks, 2 MiB) and the readahead beside it fit the
+    # 4M chunk cache, not its floor.
+    assert "chunk_cache=4M, lowered to 2M while the daemon is over -o memory_limit" in text

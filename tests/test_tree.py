@@ -1035,8 +1035,8 @@ def test_the_memo_charges_at_least_the_memory_it_keeps() -> None:
                 gc.collect()
                 before = tracemalloc.get_traced_memory()[0]
                 # One value charged the whole budget pushes every other out.
-                tree.memo.put(("filler",), 0, tree.memo.max_bytes - ENTRY_OVERHEAD)
-                assert tree.memo.used == tree.memo.max_bytes
+                tree.memo.put(("filler",), 0, tree.memo.budget - ENTRY_OVERHEAD)
+                assert tree.memo.used == tree.memo.budget
                 gc.collect()
                 freed = before - tracemalloc.get_traced_memory()[0]
             finally:

@@ -165,6 +165,12 @@ class BufferPool:
         buf[:] = data
         return buf
 
+    def trim(self) -> None:
+        """Unmap waiting slots until the pool is within ``limit`` or none wait: for a
+        limit just lowered."""
+        with self._lock:
+            self._make_room(0)
+
     def _make_room(self, size: int) -> None:
         """Unmap waiting slots, of the classes used longest ago first, until ``size``
         more bytes fit within ``limit`` or none wait. Called with the lock held."""

@@ -45,12 +45,13 @@ def cache_for(need: int) -> int:
     return budget
 
 
-def warn_small(where: str, budget: int, count: int, need: int, *, band: int,
+def warn_small(where: str, configured: int, budget: int, count: int, need: int, *, band: int,
                held_budget: int) -> None:
     """Log, once per ``where`` (a dataset), that a chunk cache of ``budget``
-    cannot hold one chunk row of it: ``count`` chunks, ``need`` bytes in the
-    cache; its band of C-order rows is ``band`` bytes, readers may hold
-    ``held_budget`` bytes of such bands in all."""
+    (``configured`` by the mount, maybe lowered by ``-o memory_limit``) cannot
+    hold one chunk row of it: ``count`` chunks, ``need`` bytes in the cache; its
+    band of C-order rows is ``band`` bytes, readers may hold ``held_budget``
+    bytes of such bands in all."""
     if not first_report(f"chunk row over chunk_cache: {where}"):
         return
     if band <= held_budget:
@@ -62,6 +63,12 @@ def warn_small(where: str, budget: int, count: int, need: int, *, band: int,
         then = (f"decodes each chunk again for every band of rows a sequential read of its "
                 f".npy asks for (a chunk row is more than the mount's {held_budget // MIB} MiB "
                 f"for rows held apart from the cache)")
+    if budget < configured:
+        log.warning("chunk_cache=%s, lowered to %s while the daemon is over -o memory_limit, "
+                    "is smaller than one chunk row of %s (%d chunks, %.0f MiB); the mount %s",
+                    format_size(configured), format_size(budget), where, count, need / MIB,
+                    then)
+        return
     log.warning("chunk_cache=%s is smaller than one chunk row of %s (%d chunks, %.0f MiB); "
                 "the mount %s; use -o chunk_cache=%s or more",
                 format_size(budget), where, count, need / MIB, then,

@@ -113,6 +113,8 @@ class ChunkCache:
                  prefetch_limit: int = PREFETCH_LIMIT, error_ttl: float = ERROR_TTL,
                  prefetch_chunks: int = PREFETCH_CHUNKS) -> None:
         self._budget = budget
+        #: The budget the mount gave, which ``-o memory_limit`` may lower ``budget`` from.
+        self.configured = budget
         self.pool = bufpool.BufferPool(budget)
         self.error_ttl = error_ttl
         #: Recent failures, oldest first: (when, error) by key.
@@ -140,7 +142,11 @@ class ChunkCache:
 
     @budget.setter
     def budget(self, budget: int) -> None:
+        """A new budget: past it, the least recently used entries go at once, and the
+        pool unmaps the slots that wait beyond it."""
         self._budget = self.pool.limit = budget
+        self._fit(keep=0)
+        self.pool.trim()
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._items or key in self._pending
@@ -312,11 +318,16 @@ class ChunkCache:
         self._items[key] = value
         self.used += size
         # The entry just stored is newest: it stays even while reservations overdraw.
-        while self.used + self.reserved > self.budget and len(self._items) > 1:
+        self._fit(keep=1)
+        return value
+
+    def _fit(self, keep: int) -> None:
+        """Evict the least recently used entries, all but the ``keep`` newest at most,
+        until the entries and the reservations fit the budget."""
+        while self.used + self.reserved > self.budget and len(self._items) > keep:
             _, evicted = self._items.popitem(last=False)
             self.used -= entry_cost(evicted)
             self.evictions += 1
-        return value
 
     def prefetch_many(self, keys: Sequence[Hashable], fetch: FetchMany, batch: int = 1,
                       unit: int = 0) -> int:

@@ -38,14 +38,25 @@ class Memo:
     garbage collector to walk, as a mount may hold a few hundred thousand.
     """
 
-    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES, budget: int = MAX_BYTES) -> None:
         self.max_entries = max_entries
-        self.max_bytes = max_bytes
+        self._budget = budget
         self.used = 0
         self.hits = 0
         self.misses = 0
         self.evictions = 0
         self._items: OrderedDict[Hashable, tuple[Any, ...]] = OrderedDict()
+
+    @property
+    def budget(self) -> int:
+        """Bytes the entries may cost at most."""
+        return self._budget
+
+    @budget.setter
+    def budget(self, budget: int) -> None:
+        """A new budget; past it, the least recently used entries go at once."""
+        self._budget = budget
+        self._fit()
 
     def get(self, key: Hashable, *deps: object) -> Any:
         """The value stored under ``key`` from exactly ``deps``, or None."""
@@ -77,11 +88,14 @@ class Memo:
         if old is not None:
             self.used -= old[1]
         size += ENTRY_OVERHEAD
-        if size > self.max_bytes:
+        if size > self._budget:
             return
         self._items[key] = (value, size, *deps)
         self.used += size
-        while self.used > self.max_bytes or len(self._items) > self.max_entries:
+        self._fit()
+
+    def _fit(self) -> None:
+        while self._items and (self.used > self._budget or len(self._items) > self.max_entries):
             _, evicted = self._items.popitem(last=False)
             self.used -= evicted[1]
             self.evictions += 1

@@ -202,7 +202,11 @@ class BlockCache:
 
     @budget.setter
     def budget(self, budget: int) -> None:
+        """A new budget: past it, the least recently used blocks go at once, and the
+        pool unmaps the slots that wait beyond it."""
         self._table.budget = self._pool.limit = budget
+        self.stats.evictions += self._table.fit()
+        self._pool.trim()
 
     @property
     def used(self) -> int:

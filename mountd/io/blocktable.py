@@ -147,10 +147,15 @@ class BlockTable:
         if not entry.blocks:
             self._idle.pop(ok, None)
         entry.blocks.add(index)
-        evicted = 0
         # The block just put is newest and fits the budget alone: it is never evicted
         # here, even while reservations overdraw the budget.
-        while self.used + self.reserved > self.budget and len(self._mem) > 1:
+        return self.fit(keep=1)
+
+    def fit(self, keep: int = 0) -> int:
+        """Evict the least recently used blocks, all but the ``keep`` newest at most,
+        until the blocks and the reservations fit the budget; how many went."""
+        evicted = 0
+        while self.used + self.reserved > self.budget and len(self._mem) > keep:
             (url, key, i), old = self._mem.popitem(last=False)
             self.used -= self.charge(len(old))
             evicted += 1

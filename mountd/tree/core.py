@@ -86,7 +86,7 @@ class Tree:
         #: The views that add a key to the sidecars of the objects they apply to.
         self.sidecar_views = tuple(v for v in self.views if v.sidecar_key is not None)
         self.chunk_cache = chunk_cache or ChunkCache(0)
-        self.memo = Memo(max_bytes=memo_bytes)
+        self.memo = Memo(budget=memo_bytes)
         #: Each dataset's data epoch: the periods its cached chunks stay current.
         self.data_epochs = DataEpochs()
         #: Opens that let the kernel keep a file's pages, and opens that dropped them.
@@ -290,7 +290,7 @@ class Tree:
         if cachefit.holds(budget, need):
             return True
         where = f"{op.h5path} in {op.domain.path}" if op.domain.path else op.h5path
-        cachefit.warn_small(where, budget, count, need,
+        cachefit.warn_small(where, self.chunk_cache.configured, budget, count, need,
                             band=count * chunkbatch.chunk_bytes(ds), held_budget=self.held.budget)
         return False
 

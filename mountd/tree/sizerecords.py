@@ -79,7 +79,7 @@ class SizeRecords:
         self._disk = disk
         self._source = source
         #: The latest record of each name, as (validator, bytes).
-        self._memory = Memo(max_bytes=memory_bytes)
+        self._memory = Memo(budget=memory_bytes)
 
     @staticmethod
     def validator(view: str, ds: Dataset, version: bytes) -> str:
