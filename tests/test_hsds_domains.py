@@ -84,8 +84,15 @@ def test_summary_rules() -> None:
     # HSDS's clock 30 s ahead of storage's: the cutoff moves back by as much
     ahead = Fetched(info.data, ObjectInfo(1, "i", 80.0))
     assert hsds_summary.scan_cutoff("k", ahead) == 100 - 30 - hsds_summary.MARGIN
+    # HSDS's own .info.json: a figure per dataset before the scan times; a time
+    # nested in one of those is not the scan's
+    nested = Fetched(b'{"datasets": {"d-1": {"scan_start": 1, "scan_complete": 2}, '
+                     b'"d-2": {"num_chunks": 0}}, "scan_start": 100, "scan_complete": 110}',
+                     ObjectInfo(1, "i", 111.0))
+    assert hsds_summary.scan_cutoff("k", nested) == 100 - hsds_summary.MARGIN
     for bad in (b"[]", b"{}", b'{"scan_start": 5, "scan_complete": 4}', b"nope",
-                b'{"scan_start": true, "scan_complete": 4}'):
+                b'{"scan_start": true, "scan_complete": 4}',
+                b'{"datasets": {"d-1": {"scan_start": 1, "scan_complete": 2}}}'):
         with pytest.raises(Corrupt):
             hsds_summary.scan_cutoff("k", Fetched(bad, ObjectInfo(1, "i", 1.0)))
 
@@ -302,6 +309,32 @@ def test_objects_written_since_the_scan_are_read_on_their_own(
         assert found == expected
         assert found["/"][0]["attributes"]["written_later"] == 7
         assert _object_reads(store) == 1  # that group alone
+    trio.run(main)
+
+
+def test_a_copy_newer_than_its_scan_does_not_fetch_the_summary(
+        aged_bucket: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every object dated after the scan (a domain copied since, as onto another
+    store): ``.info.json`` says the summary could stand in for none of them, so
+    it is not fetched, and every object is read on its own."""
+    monkeypatch.setattr(hsds_domains, "LIST_AFTER", 1)
+    domain_path = "home/admin/links.h5"
+    root = _domain_root(aged_bucket, domain_path)
+    later = json.loads((root / ".info.json").read_text())["scan_complete"] + 60
+    for here, _, files in os.walk(root):
+        for name in files:
+            if name not in (".info.json", ".summary.json"):
+                os.utime(Path(here) / name, (later, later))
+
+    async def main() -> None:
+        expected, found, store, index = await _both(aged_bucket, domain_path)
+        assert found == expected
+        prefix = f"db/{root.name}/"
+        assert store.calls["get", prefix + ".info.json"] == 1
+        assert store.calls["get", prefix + ".summary.json"] == 0
+        assert index.summaries == 1
+        assert _object_reads(store) == len({doc["id"] for doc, _ in expected.values()
+                                            if isinstance(doc, dict)})
     trio.run(main)
 
 

@@ -45,10 +45,12 @@ together are kept; past either, the one used longest ago goes. ``drop``
 
 Concurrency: one listing per domain at a time, under a ``trio.Event``; the
 dictionaries change only in sections without an ``await``, and a state is
-replaced whole. The summary is parsed and checked in a worker thread: the
-checks let the trio loop run between them, though the parse itself holds
-the interpreter (orjson: about a second for the 50 MB of a 100,000-object
-domain). A listing under way at a ``drop`` still answers the tasks waiting
+replaced whole. ``.info.json`` and the summary are parsed and checked in a
+worker thread: the checks let the trio loop run between them, though the
+parse itself holds the interpreter (about a second for the 50 MB summary of
+a 100,000-object domain, half a second for its 18 MB ``.info.json``). The
+summary is not fetched where ``.info.json`` shows that no listed object is
+older than the scan. A listing under way at a ``drop`` still answers the tasks waiting
 on it, but is not kept.
 """
 
@@ -310,7 +312,11 @@ class DomainIndex:
         self.summaries += 1
         try:
             info = await fetch_capped(self._store, prefix + INFO_NAME, MAX_SUMMARY)
-            cutoff = _summary.scan_cutoff(prefix + INFO_NAME, info)
+            cutoff = await trio.to_thread.run_sync(_summary.scan_cutoff, prefix + INFO_NAME, info)
+            if not _summary.covers_any(listing, cutoff):
+                log.debug("%s: every object is newer than the last scan; its objects are "
+                          "read one by one", prefix)
+                return None, None
             fetched = await fetch_capped(self._store, prefix + SUMMARY_NAME, MAX_SUMMARY)
             docs = await trio.to_thread.run_sync(
                 _summary.parse_summary, uuid1, prefix + SUMMARY_NAME, fetched, info.info.mtime)
