@@ -122,10 +122,11 @@ def test_block_cache_charges_slots_and_readers_get_bytes_of_their_own(tmp_path: 
         first = (await cache.read(store, "k")).data
         assert type(first) is bytes and first == data
         assert cache.used == 3 * MIB and cache.pool.in_use == 3 * MIB
-        cache.budget = 2 * MIB
+        cache.budget = 2 * MIB  # the least recently used block goes, its slot unmapped
         assert cache.pool.limit == 2 * MIB
-        again = (await cache.read(store, "k")).data  # from the cache: a copy of its own
-        assert again == data and cache.stats.misses == 3
+        assert cache.used == cache.pool.resident == 2 * MIB and cache.stats.evictions == 1
+        again = (await cache.read(store, "k")).data  # two blocks from the cache, copied
+        assert again == data and cache.stats.misses == 4
 
     trio.run(main)
 
