@@ -20,11 +20,12 @@ held. Readers never fail for it; their chunks and blocks are kept for a
 shorter time. When the limit is below what is held outside the caches,
 every cache sits at its floor and the log says so once.
 
-Concurrency: one trio task (``run``) is the only writer of the budgets it
-lends, and each ``check`` is synchronous (no ``await``), so a change is
-atomic with respect to the other trio tasks. Worker threads (decoders) only
-take buffers from the pools, which lock for themselves; a buffer mapped just
-before a limit falls is unmapped when it is given back.
+Concurrency: one trio task (``run``) samples every ``INTERVAL`` seconds
+(every ``IDLE_INTERVAL`` while under half the limit) and is the only writer
+of the budgets it lends; each ``check`` is synchronous (no ``await``), so a
+change is atomic with respect to the other trio tasks. Worker threads
+(decoders) only take buffers from the pools, which lock for themselves; a
+buffer mapped just before a limit falls is unmapped when it is given back.
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ log = logging.getLogger(__name__)
 #: How far below the limit resident memory must fall before room is given back:
 #: enough that a cache growing into it does not at once cross the limit again.
 SLACK = 64 << 20
-#: Seconds between two samples of resident memory.
+#: Seconds between two samples of resident memory, and between two while it is
+#: under half the limit (an idle mount wakes once a second for it).
 INTERVAL = 0.2
+IDLE_INTERVAL = 1.0
 #: What a mount may hold besides its caches' budgets before they lend, by default:
 #: the interpreter with its libraries (about 90 MiB) and what no budget counts
 #: between two samples.
@@ -165,4 +168,5 @@ class MemoryLimit:
             except (OSError, ValueError, IndexError) as exc:
                 log.warning("-o memory_limit is off: resident memory cannot be read (%s)", exc)
                 return
-            await trio.sleep(self.interval)
+            idle = self.resident < (self.limit + self.besides()) // 2
+            await trio.sleep(max(self.interval, IDLE_INTERVAL) if idle else self.interval)
