@@ -333,7 +333,16 @@ def memory_limit(config: MountConfig, tree: Tree, blocks: BlockCache | None
     if not limit:
         return None
     held = tree.held
-    return MemoryLimit(limit, lenders, besides=lambda: held.used)
+    return MemoryLimit(limit, lenders, besides=lambda: held.used, trim=_malloc_trim())
+
+
+def _malloc_trim() -> Callable[[], None] | None:
+    """glibc's ``malloc_trim(0)``: the heap's free pages given back; None elsewhere."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return lambda: trim(0)
 
 
 async def _serve(config: MountConfig, source: Source, ready: Callable[[], None]) -> None:

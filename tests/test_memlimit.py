@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from mountd.cache import memlimit
 from mountd.cache.chunkcache import ChunkCache
-from mountd.cache.memlimit import SLACK, Lender, MemoryLimit
+from mountd.cache.memlimit import SLACK, TRIM_EVERY, Lender, MemoryLimit
 from mountd.cache.memo import ENTRY_OVERHEAD, Memo
 from mountd.io.blockcache import BlockCache
 from mountd.io.local import LocalStore
@@ -167,3 +168,26 @@ def test_where_resident_memory_cannot_be_read_the_limit_stops_and_says_so(
     trio.run(caches.limit.run)  # returns instead of raising into the daemon's nursery
     assert "memory_limit is off" in caplog.text
     assert caches.budgets() == (BLOCKS, MEMO, CHUNKS)
+
+
+def test_the_heap_is_trimmed_before_the_caches_lend_at_most_once_per_period(
+        caches: Caches, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(memlimit.time, "monotonic", lambda: now[0])
+    trims: list[float] = []
+    after = [LIMIT - 2 * MIB, LIMIT + 4 * MIB]  # resident memory once each trim is done
+
+    def trim() -> None:
+        trims.append(now[0])
+        caches.samples.append(after.pop(0))
+
+    caches.limit.trim = trim
+    caches.check(LIMIT + 4 * MIB)
+    assert trims == [1000.0] and caches.limit.lent == 0  # back under: nothing lent
+    now[0] += TRIM_EVERY / 2
+    caches.check(LIMIT + 3 * MIB)
+    assert trims == [1000.0] and caches.budgets() == (9 * MIB, MEMO, CHUNKS)
+    now[0] += TRIM_EVERY / 2
+    caches.check(LIMIT + 10 * MIB)  # trimmed again; the 4 MiB still over are lent
+    assert trims == [1000.0, 1000.0 + TRIM_EVERY]
+    assert caches.budgets() == (5 * MIB, MEMO, CHUNKS)
