@@ -69,14 +69,11 @@ def mount(moto: MotoServer, s3_rows: str, tmp_path: Path) -> Iterator[Path]:
         yield mp
 
 
-def test_streaming_readers_keep_the_budgets(mount: Path) -> None:
-    (pid,) = daemon_pids(mount)
-    npy = mount / NPY
-    want = npy_bytes(expected())
-    assert cat(npy) == want  # the metadata and the first pass, before the idle figure
-    start_kib = memory_kib(pid, "VmRSS")
+def stream(npy: Path, passes: int) -> list[bytes]:
+    """What ``READERS`` readers at once got of ``npy``, ``passes`` times, the page
+    cache dropped before each pass."""
     got: list[bytes] = []
-    for _ in range(PASSES):
+    for _ in range(passes):
         drop_pages(npy)
         readers = [threading.Thread(target=lambda: got.append(cat(npy)))
                    for _ in range(READERS)]
@@ -84,6 +81,16 @@ def test_streaming_readers_keep_the_budgets(mount: Path) -> None:
             reader.start()
         for reader in readers:
             reader.join()
+    return got
+
+
+def test_streaming_readers_keep_the_budgets(mount: Path) -> None:
+    (pid,) = daemon_pids(mount)
+    npy = mount / NPY
+    want = npy_bytes(expected())
+    assert cat(npy) == want  # the metadata and the first pass, before the idle figure
+    start_kib = memory_kib(pid, "VmRSS")
+    got = stream(npy, PASSES)
     assert len(got) == READERS * PASSES and all(data == want for data in got)
 
     caches: dict[str, Any] = stats(mount)["caches"]
@@ -116,15 +123,7 @@ def test_under_a_memory_limit_it_cannot_keep_the_caches_give_way_and_reads_stay_
                  env=moto.env()) as mount:
         npy = mount / NPY
         want = npy_bytes(expected())
-        got: list[bytes] = []
-        for _ in range(2):
-            drop_pages(npy)
-            readers = [threading.Thread(target=lambda: got.append(cat(npy)))
-                       for _ in range(READERS)]
-            for reader in readers:
-                reader.start()
-            for reader in readers:
-                reader.join()
+        got = stream(npy, 2)
         assert len(got) == 2 * READERS and all(data == want for data in got)
         doc = stats(mount)
     caches, memory = doc["caches"], doc["memory"]
