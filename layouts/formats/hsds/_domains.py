@@ -50,8 +50,8 @@ worker thread: the checks let the trio loop run between them, though the
 parse itself holds the interpreter (about a second for the 50 MB summary of
 a 100,000-object domain, half a second for its 18 MB ``.info.json``). The
 summary is not fetched where ``.info.json`` shows that no listed object is
-older than the scan. A listing under way at a ``drop`` still answers the tasks waiting
-on it, but is not kept.
+older than the scan. A listing under way at a ``drop`` still answers the
+tasks waiting on it, but is not kept.
 """
 
 from __future__ import annotations
