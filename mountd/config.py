@@ -282,14 +282,14 @@ class MountConfig:
              "it shows); past it, the least recently used are made again when asked. The "
              "objects' own metadata, and the nodes of entries the kernel holds, are not in it")
     memory_limit: int | None = option(
-        size(), shown="the budgets plus 128M",
+        size(), shown="the budgets plus 96M",
         help="resident memory the daemon keeps under: while it is over (the model objects "
              "and nodes of what is browsed, listings being made and allocator slack are in no "
              "budget), the block cache, then `meta_cache`, then the chunk cache hold less "
              "than their budgets (down to an eighth, an eighth and a half of them), and get "
              "their room back once it falls. The default is `cache_size` (remote sources), "
              "`chunk_cache`, `meta_cache` and the chunk rows open `.npy` files hold, plus "
-             "128M; 0 turns it off")
+             "96M; 0 turns it off")
     readahead: int = option(
         size(), default=1 << 20,
         help="largest read the kernel sends, set on the mount's own bdi when run as root "
