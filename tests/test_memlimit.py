@@ -15,7 +15,15 @@ import trio
 
 from mountd.cache import memlimit
 from mountd.cache.chunkcache import ChunkCache
-from mountd.cache.memlimit import SLACK, TRIM_EVERY, Lender, MemoryLimit
+from mountd.cache.memlimit import (
+    IDLE_INTERVAL,
+    INTERVAL,
+    NEAR_INTERVAL,
+    SLACK,
+    TRIM_EVERY,
+    Lender,
+    MemoryLimit,
+)
 from mountd.cache.memo import ENTRY_OVERHEAD, Memo
 from mountd.io.blockcache import BlockCache
 from mountd.io.local import LocalStore
@@ -157,6 +165,17 @@ def test_the_limit_is_checked_until_cancelled(caches: Caches) -> None:
     trio.run(main)
     assert caches.limit.resident == LIMIT + 5 * MIB and caches.limit.lent > 0
     assert len(caches.samples) < 50
+
+
+def test_samples_come_faster_the_nearer_memory_is_to_the_limit(caches: Caches) -> None:
+    assert IDLE_INTERVAL > INTERVAL > NEAR_INTERVAL
+    caches.held = 200 * MIB  # the limit is 300 MiB while it is held
+    paces = []
+    for rss in (150 * MIB - 1, 150 * MIB, 300 * MIB - SLACK, 300 * MIB - SLACK + 1,
+                320 * MIB):
+        caches.check(rss)
+        paces.append(caches.limit.pause())
+    assert paces == [IDLE_INTERVAL, INTERVAL, INTERVAL, NEAR_INTERVAL, NEAR_INTERVAL]
 
 
 def test_where_resident_memory_cannot_be_read_the_limit_stops_and_says_so(

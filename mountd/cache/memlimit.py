@@ -24,7 +24,8 @@ shorter time. When the limit is below what is held outside the caches,
 every cache sits at its floor and the log says so once.
 
 Concurrency: one trio task (``run``) samples every ``INTERVAL`` seconds
-(every ``IDLE_INTERVAL`` while under half the limit) and is the only writer
+(every ``IDLE_INTERVAL`` while under half the limit, every ``NEAR_INTERVAL``
+within ``SLACK`` of it or over it) and is the only writer
 of the budgets it lends; each ``check`` is synchronous (no ``await``), so a
 change is atomic with respect to the other trio tasks. Worker threads
 (decoders) only take buffers from the pools, which lock for themselves; a
@@ -50,17 +51,21 @@ log = logging.getLogger(__name__)
 #: How far below the limit resident memory must fall before room is given back:
 #: enough that a cache growing into it does not at once cross the limit again.
 SLACK = 64 << 20
-#: Seconds between two samples of resident memory, and between two while it is
-#: under half the limit (an idle mount wakes once a second for it).
+#: Seconds between two samples of resident memory; between two while it is under
+#: half the limit (an idle mount wakes once a second for it); and between two
+#: while it is within ``SLACK`` of the limit or over it, where what grows between
+#: two samples is what the limit lets past (a sample costs some 50 us).
 INTERVAL = 0.2
 IDLE_INTERVAL = 1.0
+NEAR_INTERVAL = 0.05
 #: Seconds between two tries to give the C heap's free pages back.
 TRIM_EVERY = 10.0
 #: What a mount may hold besides its caches' budgets before they lend, by default:
 #: the interpreter with its libraries (about 90 MiB) and little more. Resident
 #: memory rises past the limit between two samples: walk100k's walk during an
-#: S3 stream peaked 8 and 25 MiB over it, so 128 MiB let one run past the
-#: budgets plus 150 MiB the daemon is held to.
+#: S3 stream, sampled every 0.2 s, peaked 8 and 33 MiB over a limit of the
+#: budgets plus 128 MiB, so one run went past the budgets plus 150 MiB the
+#: daemon is held to.
 HEADROOM = 96 << 20
 
 
@@ -190,5 +195,13 @@ class MemoryLimit:
             except (OSError, ValueError, IndexError) as exc:
                 log.warning("-o memory_limit is off: resident memory cannot be read (%s)", exc)
                 return
-            idle = self.resident < (self.limit + self.besides()) // 2
-            await trio.sleep(max(self.interval, IDLE_INTERVAL) if idle else self.interval)
+            await trio.sleep(self.pause())
+
+    def pause(self) -> float:
+        """Seconds until the next sample, from how near the last one was to the limit."""
+        limit = self.limit + self.besides()
+        if self.resident < limit // 2:
+            return max(self.interval, IDLE_INTERVAL)
+        if self.resident > limit - SLACK:
+            return min(self.interval, NEAR_INTERVAL)
+        return self.interval
