@@ -335,7 +335,25 @@ def test_a_copy_newer_than_its_scan_does_not_fetch_the_summary(
         assert index.summaries == 1
         assert _object_reads(store) == len({doc["id"] for doc, _ in expected.values()
                                             if isinstance(doc, dict)})
+
+    async def relisted() -> None:
+        """Listed again past the TTL with only the root built: the unchanged
+        ``.info.json`` is not fetched again, nor the summary."""
+        clock = Clock()
+        store = CountingStore(LocalStore(aged_bucket))
+        index = DomainIndex(store, 60, eager=False, clock=clock)  # type: ignore[arg-type]
+        cached = CachedCatalog(HsdsCatalog(store, domain_index=index),  # type: ignore[arg-type]
+                               ttl=60, clock=clock)
+        domain = await cached.domain(domain_path)
+        assert domain is not None and domain.root_id is not None
+        for _ in range(2):
+            assert isinstance(await cached.get_object(domain, domain.root_id), Group)
+            clock.now += 61
+        assert index.listings == 2 and index.summaries == 1
+        assert store.calls["get", f"db/{root.name}/.info.json"] == 1
+        assert store.calls["get", f"db/{root.name}/.summary.json"] == 0
     trio.run(main)
+    trio.run(relisted)
 
 
 def test_a_bad_summary_entry_reads_the_object(aged_bucket: Path,

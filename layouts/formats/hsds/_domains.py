@@ -50,7 +50,8 @@ worker thread: the checks let the trio loop run between them, though the
 parse itself holds the interpreter (about a second for the 50 MB summary of
 a 100,000-object domain, half a second for its 18 MB ``.info.json``). The
 summary is not fetched where ``.info.json`` shows that no listed object is
-older than the scan. A listing under way at a ``drop`` still answers the
+older than the scan, and while that ``.info.json`` is unchanged and still
+older than every listed object, later listings fetch neither. A listing under way at a ``drop`` still answers the
 tasks waiting on it, but is not kept.
 """
 
@@ -121,6 +122,10 @@ class DomainState:
     built: dict[str, tuple[str, AnyObject]] = field(default_factory=dict)
     #: The summary the entries came from.
     summary: KeptSummary | None = None
+    #: The validator of the ``.info.json`` read last, and the cutoff it gave,
+    #: when its scan is older than every listed object: while it is unchanged and
+    #: still older, the next listing has nothing to fetch it or the summary for.
+    scanned: tuple[str, float] | None = None
 
 
 @dataclass(slots=True)
@@ -284,12 +289,17 @@ class DomainIndex:
         if listing.summary is None or listing.info is None or len(built) == len(objects):
             return state
         kept = previous.summary if previous is not None else None
+        scanned = previous.scanned if previous is not None else None
         if kept is not None and (kept.etag, kept.info_etag) == (listing.summary.etag,
                                                                  listing.info.etag):
             docs: Mapping[str, str | None] | None = previous.docs if previous else {}
             summary: KeptSummary | None = kept
+        elif scanned is not None and scanned[0] == listing.info.etag and \
+                not _summary.covers_any(listing, scanned[1]):
+            state.scanned = scanned
+            return state
         else:
-            docs, summary = await self._summary(uuid1, listing)
+            docs, summary = await self._summary(uuid1, listing, state)
         if docs is None or summary is None:
             return state
         try:
@@ -304,16 +314,18 @@ class DomainIndex:
         state.summary = summary
         return state
 
-    async def _summary(self, uuid1: str, listing: DomainListing
+    async def _summary(self, uuid1: str, listing: DomainListing, state: DomainState
                        ) -> tuple[dict[str, str | None] | None, KeptSummary | None]:
         """The entries of the domain's summary and what identifies it, fetched and
-        parsed now; (None, None) when it cannot be used (logged once)."""
+        parsed now; (None, None) when it cannot be used (logged once). A scan older
+        than every listed object is noted in ``state.scanned``."""
         prefix = root_prefix(uuid1)
         self.summaries += 1
         try:
             info = await fetch_capped(self._store, prefix + INFO_NAME, MAX_SUMMARY)
             cutoff = await trio.to_thread.run_sync(_summary.scan_cutoff, prefix + INFO_NAME, info)
             if not _summary.covers_any(listing, cutoff):
+                state.scanned = (info.info.etag, cutoff)
                 log.debug("%s: every object is newer than the last scan; its objects are "
                           "read one by one", prefix)
                 return None, None
