@@ -545,9 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=ALL_CASES,
                         help=f"which cases to run, as letters (default {ALL_CASES})")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (default 3)")
-    parser.add_argument("--prefault-gib", type=float, default=0.0,
-                        help="GiB of memory to touch and free before each timed run "
-                             "(default 0: off; see bench_npy.prefault())")
+    bench_npy.add_prefault(parser)
     bench_npy.add_quiet_options(parser, max_busy=0.15, quiet_timeout=600.0, retries=3)
     parser.add_argument("-o", dest="mount_options", default=None,
                         help="h5mount -o options for every mount")

@@ -383,6 +383,15 @@ def prefault(gib: float) -> float:
     return time.perf_counter() - started
 
 
+def prefault_note(ctx: Context) -> str | None:
+    """What ``--prefault-gib`` did before each run, for a report (None: nothing)."""
+    pre = ctx.facts.get("prefault_s", [])
+    if ctx.prefault_gib <= 0 or not pre:
+        return None
+    return (f"touched and freed {ctx.prefault_gib:g} GiB of memory (took "
+            f"{min(pre):.2f}-{max(pre):.2f} s), so the run finds host-backed free pages.")
+
+
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds used so far by process ``pid`` (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -912,6 +921,13 @@ def reclaim_note(paused: list[str]) -> str | None:
     return damon_note()
 
 
+def add_prefault(parser: argparse.ArgumentParser) -> None:
+    """The ``--prefault-gib`` option: memory touched and freed before each timed run."""
+    parser.add_argument("--prefault-gib", type=float, default=0.0,
+                        help="GiB of memory to touch and free before each timed run "
+                             "(default 0: off; see bench_npy.prefault())")
+
+
 def add_pause_damon(parser: argparse.ArgumentParser) -> None:
     """The ``--pause-damon`` option of the benchmarks that read after ``metadata_ttl``."""
     parser.add_argument("--pause-damon", action="store_true",
@@ -1203,11 +1219,9 @@ def report_section(cases: dict[str, Case], ctx: Context, command: str,
         f"which anything else used more than {100 * ctx.max_other:.0f}% of the CPUs "
         f"(from /proc/stat, minus the CPU time of the benchmark, `cat` and the FUSE daemon) "
         f"was done again, up to {ctx.retries} times.")
-    pre = ctx.facts.get("prefault_s", [])
-    if ctx.prefault_gib > 0 and pre:
-        lines.append(
-            f"- Then it touched and freed {ctx.prefault_gib:g} GiB of memory (took "
-            f"{min(pre):.2f}-{max(pre):.2f} s), so the run finds host-backed free pages.")
+    pre = prefault_note(ctx)
+    if pre:
+        lines.append(f"- Then it {pre}")
     lines.append(
         "- This VM hands memory the guest frees back to the host within seconds "
         "(virtio-balloon free page reporting); touching it again costs about 2 s per GiB. "
@@ -1414,9 +1428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timed runs per case (default 5)")
     parser.add_argument("--slab-rows", type=int, default=2048,
                         help="rows per read for zarr and h5py (default 2048)")
-    parser.add_argument("--prefault-gib", type=float, default=0.0,
-                        help="GiB of memory to touch and free before each timed run "
-                             "(default 0: off; see prefault())")
+    add_prefault(parser)
     add_quiet_options(parser, max_busy=0.15, quiet_timeout=600.0, retries=3)
     parser.add_argument("-o", dest="mount_options", default=None,
                         help="h5mount -o options for the mount cases (e.g. chunk_cache=2G)")

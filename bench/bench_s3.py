@@ -577,8 +577,9 @@ def run(args: argparse.Namespace) -> int:
     data = benchdata.ensure(args.dir)
     workdir = Path(tempfile.mkdtemp(prefix="h5mount-bench-s3-"))
     ctx = bench_npy.Context(data, workdir, args.repeat, args.options, benchdata.CHUNKS[0],
-                            max_busy=args.max_busy, quiet_timeout=args.quiet_timeout,
-                            max_other=args.max_other, retries=args.retries)
+                            prefault_gib=args.prefault_gib, max_busy=args.max_busy,
+                            quiet_timeout=args.quiet_timeout, max_other=args.max_other,
+                            retries=args.retries)
     cases = new_cases()
     try:
         with MotoServer() as moto:
@@ -649,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
                              "every case runs)")
     parser.add_argument("--no-doc", action="store_true", help="only print the results")
     bench_npy.add_pause_damon(parser)
+    bench_npy.add_prefault(parser)
     parser.add_argument("--keep-workdir", action="store_true",
                         help="keep the temporary directory (h5mount and HSDS logs)")
     parser.add_argument("--log-level", default="INFO", type=str.upper)

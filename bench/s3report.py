@@ -202,6 +202,9 @@ class Report:
             "(c) and (d) put moto's CPU on the same 2 cores as the reader: every figure here "
             "includes the cost of serving S3 from Python on this machine.",
         ]
+        pre = bench_npy.prefault_note(ctx)
+        if pre:
+            notes.append(f"After that wait the driver {pre}")
         for case in self.run.cases.values():
             busy = [note for note in case.notes if note.startswith(BUSY_NOTE)]
             if busy:
