@@ -50,9 +50,10 @@ worker thread: the checks let the trio loop run between them, though the
 parse itself holds the interpreter (about a second for the 50 MB summary of
 a 100,000-object domain, half a second for its 18 MB ``.info.json``). The
 summary is not fetched where ``.info.json`` shows that no listed object is
-older than the scan, and while that ``.info.json`` is unchanged and still
-older than every listed object, later listings fetch neither. A listing under way at a ``drop`` still answers the
-tasks waiting on it, but is not kept.
+older than the scan, and while that ``.info.json`` is unchanged and its scan
+still older than every listed object, later listings fetch neither. A
+listing under way at a ``drop`` still answers the tasks waiting on it, but
+is not kept.
 """
 
 from __future__ import annotations
