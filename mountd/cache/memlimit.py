@@ -188,8 +188,8 @@ class MemoryLimit:
                          for lender in self.lenders)
 
     async def run(self) -> None:
-        """Check every ``interval`` seconds until cancelled; where resident memory
-        cannot be read, say so and stop (the caches keep their budgets)."""
+        """Check, then wait ``pause()`` seconds, until cancelled; where resident
+        memory cannot be read, say so and stop (the caches keep their budgets)."""
         while True:
             try:
                 self.check()
