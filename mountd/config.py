@@ -402,12 +402,12 @@ class MountConfig:
         help="most bytes of variable-length and reference data one `D.h5` embeds; a "
              "dataset past it is left out and named in the root attribute "
              "`h5mount_left_out`")
-    h5view_objects: int = option(
-        COUNT, default=120_000,
+    h5view_objects: int | None = option(
+        COUNT, shown="no cap",
         help="most objects one `D.h5` holds: a larger domain gets the first N found, "
-             "breadth first, and the root attribute `h5mount_left_out` says so; building "
-             "takes about 4K of memory per object, the domain's metadata included, so "
-             "the default keeps a build within the default cache budgets plus 150M")
+             "breadth first, and the root attribute `h5mount_left_out` says so. Memory "
+             "bounds a file without it: planning stops where `memory_limit` would not "
+             "hold building more, about 2K an object besides the domain's metadata")
 
     def fuse_options(self) -> set[str]:
         """Options for ``pyfuse3.init``: always read-only, with kernel permission checks.

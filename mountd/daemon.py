@@ -360,6 +360,8 @@ async def _serve(config: MountConfig, source: Source, ready: Callable[[], None])
                      h5views=H5Views.for_mount(config), memo_bytes=config.meta_cache,
                      size_records=SizeRecords(disk, config.source))
     limiter = memory_limit(config, tree, source.block_cache)
+    if tree.h5views is not None:
+        tree.h5views.memory = limiter
     started, started_monotonic = time.time(), time.monotonic()
 
     def reporter(ops: Operations) -> stats.Reporter:

@@ -136,6 +136,21 @@ def test_memory_held_under_budgets_that_do_not_lend_raises_the_limit(caches: Cac
     assert caches.budgets() == (11 * MIB, MEMO, CHUNKS)
 
 
+def test_room_is_what_is_left_under_the_limit_plus_what_the_caches_can_let_go(
+        caches: Caches) -> None:
+    # Held above the floors: blocks 12 - 2, memo 3 - 0.5, chunks 6 (and 6 x 256) - 4.
+    spare = 10 * MIB + 5 * MIB // 2 + 2 * MIB + 6 * 256
+    caches.samples.append(LIMIT - 20 * MIB)
+    assert caches.limit.room() == 20 * MIB + spare
+    caches.held = 10 * MIB  # chunk rows of open .npy files raise the limit
+    caches.samples.append(LIMIT + 40 * MIB)
+    assert caches.limit.room() == spare - 30 * MIB < 0
+    caches.check(LIMIT + 15 * MIB)  # 5 MiB over: the block cache lets 5 of its 12 go
+    assert caches.blocks.budget == 7 * MIB
+    caches.samples.append(LIMIT + 15 * MIB)
+    assert caches.limit.room() == -5 * MIB + (spare - 5 * MIB)
+
+
 def test_the_caches_keep_serving_at_their_floors(caches: Caches) -> None:
     caches.check(LIMIT + 64 * MIB)
 

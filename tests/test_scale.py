@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import h5py
 import h5pyd
 import numpy as np
 import pytest
 
 from bench import scaledata
+from mountd.tree.h5view import ROOM_EVERY
 from tests.hsds_server import HsdsServer, hsds_node_available
 from tests.mounting import daemon_pids, fuse_available, mounted
 
@@ -110,6 +112,31 @@ def test_security_and_acl_namespaces_are_unsupported(wide_bucket: Path, tmp_path
         assert err.value.errno == 61  # ENODATA: the namespace exists, the name does not
         assert os.getxattr(dataset, "user.h5.attr.index") == b"7"
         assert os.getxattr(dataset, "user.h5.kind") == b"dataset"
+
+
+@needs_fuse
+@pytest.mark.mount
+def test_memory_not_a_count_bounds_the_objects_a_view_holds(wide_bucket: Path,
+                                                            tmp_path: Path) -> None:
+    """With room under ``-o memory_limit`` the domain's ``D.h5`` holds every
+    object. With none, it holds those planned before the planner first asks
+    for room, each as in the whole file, and names the limit; its size is
+    still the bytes it reads."""
+    view = DOMAIN.strip("/") + ".h5"
+    with mounted(wide_bucket, tmp_path / "whole") as mp, h5py.File(mp / view, "r") as f:
+        whole = {name: f[name][()].tolist() for name in f}
+        assert len(whole) == LINKS and "h5mount_left_out" not in f.attrs
+    with mounted(wide_bucket, tmp_path / "tight", "-o", "memory_limit=1M") as mp:
+        size = (mp / view).stat().st_size
+        with h5py.File(mp / view, "r") as f:
+            kept = {name: f[name][()].tolist() for name in f}
+            lines = [str(line) for line in f.attrs["h5mount_left_out"]]
+        assert len((mp / view).read_bytes()) == size
+    assert len(kept) == ROOM_EVERY - 1  # and the root group
+    assert all(whole[name] == value for name, value in kept.items())
+    assert lines == [f"/: the file holds the first {ROOM_EVERY} objects found (breadth "
+                     f"first); {LINKS - ROOM_EVERY + 1} links to further objects are left "
+                     "out (building more would pass memory_limit=1M)"]
 
 
 def _h5pyd_view(endpoint: str, domain: str) -> dict[str, Any]:

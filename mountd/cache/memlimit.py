@@ -141,6 +141,14 @@ class MemoryLimit:
         elif self.lent and rss < limit - SLACK:
             self._give_back(limit - SLACK - rss)
 
+    def room(self) -> int:
+        """Bytes resident memory may still grow by, sampled now: what is left
+        under the limit, plus what the lenders hold above their floors (they
+        give it up as memory grows). At or below 0, the limit holds no more."""
+        spare = sum(max(0, min(lender.cache.budget, lender.cache.used) - lender.floor)
+                    for lender in self.lenders)
+        return self.limit + self.besides() - self.rss() + spare
+
     def _lend(self, over: int) -> None:
         """Lower budgets, in the lenders' order, until ``over`` bytes held are let go."""
         cut = 0

@@ -25,13 +25,16 @@ other file: a copy of it, or the mount seen at another path (a bind mount,
 a container), reads the same.
 Variable-length and reference datasets are read and embedded while the
 embedded bytes stay under ``-o h5view_inline``; over it, a dataset is left
-out and named in the root attribute ``h5mount_left_out``. A file holds at
-most ``-o h5view_objects`` objects (the first found), which bounds the
-memory a build takes. External links to domains of this mount lead to those
-domains' ``D.h5`` views, by a path relative to the file's own directory
-(HDF5 looks there first), so they hold wherever the mount is seen; others
-are left out, so no path a bucket controls leads an HDF5 tool to the host's
-files.
+out and named in the root attribute ``h5mount_left_out``. Memory bounds
+how many objects a file holds: every ``ROOM_EVERY`` objects planned, the
+planner asks the mount's ``-o memory_limit`` (``H5Views.memory``) for its
+room, and stops once that room would not hold building what is planned
+(``BUILD_BYTES`` an object); the file then holds the objects found first,
+and says so. ``-o h5view_objects`` adds a cap by count. External links
+to domains of this mount lead to those domains' ``D.h5`` views, by a path
+relative to the file's own directory (HDF5 looks there first), so they hold
+wherever the mount is seen; others are left out, so no path a bucket
+controls leads an HDF5 tool to the host's files.
 
 Size: ``st_size`` is the file's length, elements included, computed from
 the plan before anything is written (``layouts.hdf5.size_bound``, an upper
@@ -87,12 +90,14 @@ from layouts.model import (
 )
 from layouts.views import NpyView, Reader, npy_header, read_array
 from mountd.cache.chunkahead import chunk_unit, ravel, unravel
+from mountd.config import format_size
 from mountd.errors import MountError, NotFound, StorageError
 from mountd.tree.nodes import FileHandle, FileNode, NodeType, Stat
 from mountd.tree.paths import InDomain, ObjPath, relative, root_path
 from mountd.tree.viewctx import ObjectContext
 
 if TYPE_CHECKING:
+    from mountd.cache.memlimit import MemoryLimit
     from mountd.config import MountConfig
     from mountd.tree.core import Tree
 
@@ -102,13 +107,14 @@ log = logging.getLogger(__name__)
 SUFFIX = ".h5"
 #: Default ``-o h5view_inline``: most bytes of variable-length data embedded.
 DEFAULT_INLINE = 64 << 20
-#: Default ``-o h5view_objects``: most objects one file holds. Building costs
-#: about 4 KiB of memory per object while it runs, the domain's metadata
-#: included (a domain of 100,000 datasets, from a cold page cache: 15 s to
-#: plan, 10 s to build, peak 489 MiB), so a file at the cap stays within the
-#: default cache budgets (512 MiB) plus 150 MiB; a larger domain gets the
-#: objects found first.
-DEFAULT_OBJECTS = 120_000
+#: Objects planned between two asks for the memory limit's room; the first
+#: ones are planned without asking, so a small domain's file is never cut.
+ROOM_EVERY = 256
+#: Bytes building one planned object adds to resident memory, rounded up: the
+#: bytes HDF5 writes for it, its parts, and what the build leaves in the heap.
+#: walk100k (100,000 small datasets): 353 MiB resident once planned, 506 MiB
+#: at the peak of its build.
+BUILD_BYTES = 2048
 #: Most bytes of images (and of the objects they were made from) kept; the
 #: newest one is always kept.
 IMAGE_BUDGET = 256 << 20
@@ -172,10 +178,12 @@ class H5Views:
     """The ``D.h5`` files of one mount: planned (their length known) or
     built, kept while current."""
 
-    def __init__(self, inline: int = DEFAULT_INLINE,
-                 most_objects: int = DEFAULT_OBJECTS) -> None:
+    def __init__(self, inline: int = DEFAULT_INLINE, most_objects: int | None = None) -> None:
         self.inline = inline
         self.most_objects = most_objects
+        #: The mount's ``-o memory_limit``, set by the daemon once its caches
+        #: are made (None: off, and only ``most_objects`` bounds a file).
+        self.memory: MemoryLimit | None = None
         self._kept: OrderedDict[Hashable, _Plan | _Image] = OrderedDict()
         self._used = 0
         self._busy: dict[Hashable, trio.Event] = {}
@@ -274,8 +282,11 @@ class _Planner:
         self._refs: list[ObjPlan] = []
         #: Datasets left out (over ``h5view_inline``).
         self._dropped: set[str] = set()
-        #: Links to objects not planned because the file holds ``most_objects``.
+        #: Links to objects not planned once the file was full, and why it was.
         self._past_limit = 0
+        self._full: str | None = None
+        #: Objects planned when the memory limit's room was last asked for.
+        self._asked_at = 0
         #: Where each dataset whose elements the file keeps is, by id.
         self.sources: dict[str, ObjPath] = {}
 
@@ -286,9 +297,10 @@ class _Planner:
         queue: deque[tuple[ObjPath, Group]] = deque([(root, group)])
         while queue:
             op, group = queue.popleft()
-            await self.tree.load_objects(
-                self.domain, [link.target for link in group.links.values()
-                              if link.kind is LinkKind.HARD and link.target not in self.first])
+            if self._full is None:
+                await self.tree.load_objects(
+                    self.domain, [link.target for link in group.links.values()
+                                  if link.kind is LinkKind.HARD and link.target not in self.first])
             for name, link in group.links.items():
                 child = await self._link(op, group, name, link)
                 if child is not None:
@@ -303,10 +315,32 @@ class _Planner:
                                      if p.id not in self._dropped]
         if self._past_limit:
             self.skeleton.left_out.append(
-                f"/: the file holds the first {self.views.most_objects} objects found "
-                f"(breadth first); {self._past_limit} links to further objects are left "
-                f"out (h5view_objects={self.views.most_objects})")
+                f"/: the file holds the first {len(self.first)} objects found (breadth "
+                f"first); {self._past_limit} links to further objects are left out "
+                f"({self._full})")
         return self.skeleton
+
+    def full(self) -> bool:
+        """True once the file takes no more objects: it holds ``most_objects``,
+        or the memory limit's room would not hold building what is planned
+        (asked every ``ROOM_EVERY`` objects; once full, it stays full)."""
+        if self._full is not None:
+            return True
+        planned = len(self.first)
+        most = self.views.most_objects
+        if most is not None and planned >= most:
+            self._full = f"h5view_objects={most}"
+        elif (memory := self.views.memory) is not None and \
+                planned - self._asked_at >= ROOM_EVERY:
+            self._asked_at = planned
+            room = memory.room()
+            if room < planned * BUILD_BYTES:
+                self._full = (f"building more would pass memory_limit="
+                              f"{format_size(memory.limit)}")
+                log.info("the HDF5 view of %s stops at %d objects: %d MiB of room under "
+                         "-o memory_limit, %d MiB to build them", self.domain.path or "/",
+                         planned, room >> 20, planned * BUILD_BYTES >> 20)
+        return self._full is not None
 
     def _add(self, op: ObjPath, obj: AnyObject, parent: str | None, name: str) -> ObjPlan:
         plan = ObjPlan(id=obj.id, kind=obj.kind, parent=parent, name=name, path=op.h5path)
@@ -328,7 +362,7 @@ class _Planner:
         if link.target in self.first:
             self.skeleton.links.append(LinkPlan(group_id, name, LinkKind.HARD, link.target))
             return None
-        if len(self.first) >= self.views.most_objects:
+        if self.full():
             self._past_limit += 1
             return None
         child = op.child(name, link.target)
