@@ -31,6 +31,10 @@ command on a fresh mount with the page cache dropped; the groups
   h5py making the same skeleton in memory (``bench.skeleton_peer``), and
   ``h5ls -r`` of the view (metadata only: its storage requests show whether
   reading metadata reads elements too);
+- ``bigview``: h5py's first open of walk100k.h5's ``D.h5``, with the
+  daemon's peak RSS, then (outside the timing) how many of its objects the
+  file holds and what it leaves out; again with ``-o memory_limit=`` set
+  to ``TIGHT_LIMIT``, where the file holds fewer;
 - ``s3`` (unless ``--no-s3``): a moto S3 server on loopback, ``walk2k.h5``
   written to it and scanned by a real HSDS running on moto (moto keeps
   everything in memory, so this is redone in every run, about 3 minutes),
@@ -85,6 +89,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import h5py
+
 from bench import bench_npy, bench_s3, memtree, s3data, walkdata
 from bench.bench_meta import MAX_OTHER, CommandTimeout, MetaCase, daemon_figures, timed_command
 from bench.bench_npy import BenchError, CpuWatch, drop_caches_noted
@@ -106,6 +112,9 @@ MEMTREE_DIR = "memtree"
 #: Options of every S3 mount (``cache_size`` is the block cache of remote reads).
 S3_OPTIONS = bench_s3.DEFAULT_OPTIONS
 RSS_SLACK_MIB = 150.0
+#: ``-o memory_limit`` of the second ``bigview`` case: below what walk100k's
+#: whole ``D.h5`` takes to build.
+TIGHT_LIMIT = "400M"
 MAX_STORAGE_PER_OBJECT = 0.01
 MIB = float(1 << 20)
 #: The walks of a domain: case key suffix and command.
@@ -129,6 +138,8 @@ class WalkCase(MetaCase):
     by_store: dict[str, int] = field(default_factory=dict)
     #: The writes a mount did not show; None when not checked.
     shown: list[str] | None = None
+    #: What a ``D.h5`` view left out of its domain; None when not checked.
+    missing: list[str] | None = None
 
     @property
     def per_object(self) -> float | None:
@@ -145,7 +156,8 @@ class Target:
     ``ratio``: median seconds of ``case`` over ``peer``'s, at most ``maximum``;
     ``per_object``: storage requests per object of ``case``; ``rss``: the
     daemon's peak RSS during ``case`` within the cache budgets plus
-    ``RSS_SLACK_MIB``; ``shown``: every write shown. ``maximum`` None: reported only.
+    ``RSS_SLACK_MIB``; ``shown``: every write shown; ``whole``: a ``D.h5`` view
+    leaves nothing out. ``maximum`` None: reported only.
     """
 
     label: str
@@ -203,6 +215,11 @@ def new_cases() -> dict[str, WalkCase]:
                  objects=_objects(walkdata.WALK10K)),
         WalkCase("o10k_h5ls", "walk10k D.h5 h5ls -r", "`h5ls -r` of walk10k.h5's `D.h5` "
                  f"(metadata only), {fresh}", objects=_objects(walkdata.WALK10K)),
+        WalkCase("o100k_open", "walk100k D.h5 first open", "h5py opening walk100k.h5's "
+                 f"`D.h5` (a process of its own: `stat`, plan, build, open), {fresh}",
+                 objects=_objects(walkdata.WALK100K)),
+        WalkCase("o100k_tight", f"walk100k D.h5 memory_limit={TIGHT_LIMIT}", "the same with "
+                 f"`-o memory_limit={TIGHT_LIMIT}`", objects=_objects(walkdata.WALK100K)),
         WalkCase("o10k_peer", "h5py skeleton 10k", "h5py making the same skeleton in memory "
                  "(`bench.skeleton_peer`: core driver, no elements, a process of its own)",
                  objects=_objects(walkdata.WALK10K)),
@@ -235,6 +252,9 @@ TARGETS: tuple[Target, ...] = (
     *_both("walk2k S3: storage requests per object <= 0.01", "s2k", kind="per_object",
            maximum=MAX_STORAGE_PER_OBJECT),
     Target("walk10k after writes, local: every change shown", "a10k_find", kind="shown"),
+    Target("walk100k D.h5: every object in the file", "o100k_open", kind="whole"),
+    Target("walk100k D.h5 first open: daemon peak RSS <= cache budgets + 150 MiB",
+           "o100k_open", kind="rss", maximum=RSS_SLACK_MIB),
     Target("walk2k after writes, local: every change shown", "a2k_find", kind="shown"),
     Target("walk2k after writes, S3: every change shown", "sa2k_find", kind="shown"),
     *_both("walk2k after writes, S3 <= 3x local", "sa2k", "a2k", maximum=3.0),
@@ -556,6 +576,44 @@ def run_h5open(run: Run) -> None:
             break
 
 
+def run_bigview(run: Run) -> None:
+    """h5py's first open of walk100k.h5's ``D.h5``, with the default memory
+    limit and with ``TIGHT_LIMIT``; then what the file holds."""
+    opener = "import sys, h5py; h5py.File(sys.argv[1]).close()"
+    for key, options in (("o100k_open", ()), ("o100k_tight", (f"memory_limit={TIGHT_LIMIT}",))):
+        case = run.cases[key]
+        for attempt in range(run.repeat):
+            drop_caches_noted(case)
+            with run.local(*options) as server:
+                view = Path(f"{in_domain(walkdata.WALK100K)(server.mountpoint)}.h5")
+                try:
+                    measure(run, case, [sys.executable, "-c", opener, str(view)], server)
+                except CommandTimeout as exc:
+                    _note_once(case, f"{exc}; the runs after it were skipped")
+                    break
+                if attempt == 0:
+                    check_view(case, view)
+
+
+def check_view(case: WalkCase, view: Path) -> None:
+    """Record on ``case`` how many objects the ``D.h5`` at ``view`` holds and
+    what its ``h5mount_left_out`` says (``missing``)."""
+    counted = [0]
+
+    def count(_name: str) -> None:
+        counted[0] += 1
+
+    try:
+        with h5py.File(view, "r") as f:
+            f.visit(count)
+            case.missing = [str(line) for line in f.attrs.get("h5mount_left_out", ())]
+    except OSError as exc:
+        case.missing = [f"could not check: {exc}"]
+    case.notes.append(f"the file holds {counted[0]:,} of the domain's "
+                      f"{case.objects - 1:,} objects below its root"
+                      + ("" if not case.missing else "; left out: " + "; ".join(case.missing)))
+
+
 def h5ls() -> list[str]:
     """``h5ls -r``, from hdf5-tools (``dev/setup`` installs it)."""
     found = shutil.which("h5ls")
@@ -617,6 +675,7 @@ GROUPS: dict[str, tuple[Callable[[Run], None], tuple[str, ...]]] = {
     "visit": (run_visit, ("visit",)),
     "folders": (run_folders, ("f20_on", "f20_off", "home_on", "home_off")),
     "h5open": (run_h5open, ("o10k_open", "o10k_peer", "o10k_h5ls")),
+    "bigview": (run_bigview, ("o100k_open", "o100k_tight")),
     "s3": (run_s3, ("s2k_find", "s2k_lsr", "s2k_h5ls", "sa2k_find", "sa2k_lsr")),
 }
 
@@ -722,9 +781,9 @@ def target_rows(run: Run) -> list[list[str]]:
             else:
                 measured, result = f"{peak:.0f} MiB of {limit:.0f} MiB", _pass(peak <= limit)
         else:
-            measured = ("—" if case.shown is None else "all" if not case.shown
-                        else "; ".join(case.shown))
-            result = "n/a" if case.shown is None else _pass(not case.shown)
+            found = case.missing if target.kind == "whole" else case.shown
+            measured = "—" if found is None else "all" if not found else "; ".join(found)
+            result = "n/a" if found is None else _pass(not found)
         rows.append([label, measured, result])
     return rows
 

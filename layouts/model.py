@@ -31,7 +31,7 @@ import enum
 import functools
 import math
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -369,6 +369,21 @@ class Dataset(H5Object):
 
 
 AnyObject = Group | Dataset | Datatype
+
+
+def same_description(a: AnyObject, b: AnyObject) -> bool:
+    """True if ``a`` and ``b`` describe an object alike: the same kind, and
+    every compared field equal but the chunk store, which a catalog makes
+    anew each time it builds a dataset (two built from the same stored
+    description read the same chunks). Fields that cannot be compared (an
+    attribute holding an array) count as different."""
+    if type(a) is not type(b):
+        return False
+    try:
+        return all(bool(getattr(a, f.name) == getattr(b, f.name))
+                   for f in fields(a) if f.compare and f.name != "store")
+    except (ValueError, TypeError):
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from mountd.fuse_ops import Operations
 from mountd.io.blockcache import BlockCache
 from mountd.io.meter import STORES
 from mountd.tree import Tree
+from mountd.tree.h5view import IMAGE_BUDGET
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,11 @@ class Reporter:
                           "evictions": held.reclaimed, "bytes": held.used,
                           "budget_bytes": held.budget, **_pool(held.pool)},
         }
+        views = self.tree.h5views
+        if views is not None:
+            caches["h5view"] = {"plans": views.plans, "builds": views.builds,
+                                "rearmed": views.renewed, "bytes": views.used,
+                                "budget_bytes": IMAGE_BUDGET}
         blocks = self.block_cache
         if blocks is not None:
             caches["blocks"] = {**dataclasses.asdict(blocks.stats), "bytes": blocks.used,

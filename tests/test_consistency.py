@@ -99,6 +99,7 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     with h5py.File(view, "r") as f:  # the file view, built and kept now
         assert f["d"][50:60].tolist() == list(range(50, 60))
         assert "added" not in f and "version" not in f["d"].attrs
+    view_size = os.stat(view).st_size
     big = np.load(root / "big.npy")
     assert big.tolist() == list(range(BIG))
     big_chunk = (root / "big/1").read_bytes()
@@ -110,7 +111,11 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     before = _stats(mp)
     np.testing.assert_array_equal(np.load(root / "big.npy"), big)
     assert (root / "big/1").read_bytes() == big_chunk
+    assert os.stat(view).st_size == view_size
     after = _stats(mp)
+    # The file view kept is the file: its objects, read again, are unchanged.
+    assert after["caches"]["h5view"]["rearmed"] > before["caches"]["h5view"]["rearmed"]
+    assert after["caches"]["h5view"]["plans"] == before["caches"]["h5view"]["plans"]
     # No chunk is decoded again, and both opens let the kernel keep the pages
     # (whether the kernel then still holds every page is up to its memory
     # management: this VM pages idle page cache out on its own).
@@ -142,7 +147,8 @@ def _check_follows_storage(server: HsdsServer, mp: Path) -> None:
     assert np.load(root / "added.npy").tolist() == [0, 1, 2]
     with _open(server, "r") as f:
         np.testing.assert_array_equal(np.load(root / "d.npy"), f["d"][...])
-    with h5py.File(view, "r") as f:  # built again from the new metadata
+    with h5py.File(view, "r") as f:  # planned and built again from the new metadata
+        assert _stats(mp)["caches"]["h5view"]["plans"] > after["caches"]["h5view"]["plans"]
         assert f["d"][50:60].tolist() == list(range(1000, 1010))
         assert f["d"].attrs["version"] == 2 and f["added"][()].tolist() == [0, 1, 2]
         assert f["s"][0].decode() == "a much longer value 0"

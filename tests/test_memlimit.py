@@ -225,3 +225,21 @@ def test_the_heap_is_trimmed_before_the_caches_lend_at_most_once_per_period(
     caches.check(LIMIT + 10 * MIB)  # trimmed again; the 4 MiB still over are lent
     assert trims == [1000.0, 1000.0 + TRIM_EVERY]
     assert caches.budgets() == (5 * MIB, MEMO, CHUNKS)
+
+
+def test_room_asked_with_trim_counts_what_the_heap_gave_back(
+        caches: Caches, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(memlimit.time, "monotonic", lambda: now[0])
+    trims: list[float] = []
+    caches.limit.trim = lambda: trims.append(now[0])
+    caches.samples.append(LIMIT)
+    spare = caches.limit.room()  # with no trim asked for, none is done
+    assert spare > 0 and trims == []
+    caches.samples.append(LIMIT - 30 * MIB)  # what the trimmed heap leaves resident
+    assert caches.limit.room(trim=True) == 30 * MIB + spare and trims == [1000.0]
+    now[0] += TRIM_EVERY / 2
+    caches.samples.append(LIMIT - 30 * MIB)
+    assert caches.limit.room(trim=True) == 30 * MIB + spare and trims == [1000.0]
+    caches.check(LIMIT + 5 * MIB)  # over, but trimmed too lately to trim again: lent
+    assert trims == [1000.0] and caches.limit.lent > 0

@@ -28,6 +28,7 @@ from layouts.model import (
     ObjectRef,
     no_version,
     read_each,
+    same_description,
 )
 from layouts.views import _npy as npy
 from layouts.views._npy import NpyReader, NpyView, flat_boxes
@@ -1067,3 +1068,21 @@ async def _rows_of(node: Node) -> AsyncIterator[Row]:
     assert isinstance(node, DirNode)
     async for _, name, child, st in node.open_listing().entries(0):
         yield Row(name, child, st)
+
+
+def test_objects_described_alike_are_the_same_but_for_a_new_chunk_store() -> None:
+    data = np.arange(6, dtype="<f4")
+    first, again = dataset("d-1", data, (3,)), dataset("d-1", data, (3,))
+    assert first.store is not again.store and first != again  # a catalog's new build
+    assert same_description(first, again)
+    assert not same_description(first, dataset("d-1", data, (2,)))
+    assert not same_description(first, dataclasses.replace(first, modified=1.0))
+    named = dataclasses.replace(first, attrs=(Attribute("a", [1, 2]),))
+    assert same_description(named, dataclasses.replace(again, attrs=(Attribute("a", [1, 2]),)))
+    assert not same_description(named, first)
+    array = dataclasses.replace(first, attrs=(Attribute("a", np.arange(3)),))
+    assert not same_description(  # an array attribute does not compare: count it changed
+        array, dataclasses.replace(again, attrs=(Attribute("a", np.arange(3)),)))
+    assert not same_description(group("g-1"), first)
+    assert same_description(group("g-1", x=Link(LinkKind.SOFT, "/y")),
+                            group("g-1", x=Link(LinkKind.SOFT, "/y")))

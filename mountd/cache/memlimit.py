@@ -128,26 +128,39 @@ class MemoryLimit:
         """Sample resident memory once and lend or give back room for it."""
         rss = self.resident = self.rss()
         limit = self.limit + self.besides()
-        if rss > limit and self.trim is not None and \
-                time.monotonic() - self._trimmed >= TRIM_EVERY:
-            before, started = rss, time.monotonic()
-            self.trim()
-            self._trimmed = time.monotonic()
-            rss = self.resident = self.rss()
-            log.debug("the C heap gave back %d MiB in %.3f s", (before - rss) >> 20,
-                      self._trimmed - started)
+        if rss > limit and self._trim_heap():
+            before, rss = rss, self.rss()
+            self.resident = rss
+            log.debug("the C heap gave back %d MiB", (before - rss) >> 20)
         if rss > limit:
             self._lend(rss - limit)
         elif self.lent and rss < limit - SLACK:
             self._give_back(limit - SLACK - rss)
 
-    def room(self) -> int:
+    def room(self, *, trim: bool = False) -> int:
         """Bytes resident memory may still grow by, sampled now: what is left
         under the limit, plus what the lenders hold above their floors (they
-        give it up as memory grows). At or below 0, the limit holds no more."""
+        give it up as memory grows). At or below 0, the limit holds no more.
+        With ``trim``, the C heap first gives its free pages back (at most once
+        per ``TRIM_EVERY`` seconds, as before lending): memory a burst freed (a
+        summary parsed in a worker thread's arena) may stay resident until
+        then, and is room all the same."""
+        if trim:
+            self._trim_heap()
         spare = sum(max(0, min(lender.cache.budget, lender.cache.used) - lender.floor)
                     for lender in self.lenders)
         return self.limit + self.besides() - self.rss() + spare
+
+    def _trim_heap(self) -> bool:
+        """Give the C heap's free pages back, unless that was done less than
+        ``TRIM_EVERY`` seconds ago; True if it was done now."""
+        if self.trim is None or time.monotonic() - self._trimmed < TRIM_EVERY:
+            return False
+        started = time.monotonic()
+        self.trim()
+        self._trimmed = time.monotonic()
+        log.debug("the C heap was trimmed in %.3f s", self._trimmed - started)
+        return True
 
     def _lend(self, over: int) -> None:
         """Lower budgets, in the lenders' order, until ``over`` bytes held are let go."""

@@ -35,7 +35,15 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from layouts.model import AnyObject, Catalog, ChunkIndex, Dataset, Domain, Group
+from layouts.model import (
+    AnyObject,
+    Catalog,
+    ChunkIndex,
+    Dataset,
+    Domain,
+    Group,
+    same_description,
+)
 from layouts.views import FileView, View
 from mountd.cache import cachefit, chunkbatch
 from mountd.cache.chunkahead import GridReadahead, chunk_unit
@@ -137,6 +145,26 @@ class Tree:
             return not objects
         peek = self._cached.peek_object
         return all(peek(domain, obj_id) is obj for obj_id, obj in objects)
+
+    def renewed(self, domain: Domain, objects: list[tuple[str, AnyObject]]) -> bool:
+        """True if, for each of these objects of ``domain``, the cache hands out
+        now the very same object or one that describes it alike (read again
+        since, unchanged: ``same_description``); such a one then takes its
+        place in ``objects``, so that ``all_fresh`` holds for them."""
+        if self._cached is None:
+            return not objects
+        peek = self._cached.peek_object
+        now: list[tuple[int, AnyObject]] = []
+        for pos, (obj_id, obj) in enumerate(objects):
+            current = peek(domain, obj_id)
+            if current is obj:
+                continue
+            if current is None or not same_description(current, obj):
+                return False
+            now.append((pos, current))
+        for pos, current in now:
+            objects[pos] = (objects[pos][0], current)
+        return True
 
     async def load_objects(self, domain: Domain, obj_ids: Sequence[str]) -> None:
         """Bring many objects into the catalog's cache at once, in batches of

@@ -184,6 +184,9 @@ class H5Views:
         #: The mount's ``-o memory_limit``, set by the daemon once its caches
         #: are made (None: off, and only ``most_objects`` bounds a file).
         self.memory: MemoryLimit | None = None
+        #: Files planned, built, and kept ones whose objects, read again after
+        #: ``metadata_ttl``, were unchanged (``stats.json``: ``caches.h5view``).
+        self.plans = self.builds = self.renewed = 0
         self._kept: OrderedDict[Hashable, _Plan | _Image] = OrderedDict()
         self._used = 0
         self._busy: dict[Hashable, trio.Event] = {}
@@ -226,6 +229,10 @@ class H5Views:
             return kept
         done = self._busy[key] = trio.Event()
         try:
+            if kept is None:
+                kept = await self._renewed(tree, domain)
+                if kept is not None and (isinstance(kept, _Image) or not build):
+                    return kept
             plan = kept if isinstance(kept, _Plan) else await self._plan(tree, domain)
             made = await self._build(domain, plan) if build else plan
             self._keep(key, made)
@@ -234,8 +241,33 @@ class H5Views:
             done.set()
         return made
 
+    async def _renewed(self, tree: Tree, domain: Domain) -> _Plan | _Image | None:
+        """The kept plan or image of ``domain`` whose objects' time ran out,
+        if reading them again (one listing of the domain, where the format
+        keeps one) hands out the same objects, or equal ones (an object first
+        read before the listing is read again): the domain did not change, so
+        the file is the same, and its length too, even for a reader that has
+        it open. Else it is dropped before the domain is planned anew, so
+        that planning has its memory back."""
+        key = domain.path
+        old = self._kept.get(key)
+        if old is None:
+            return None
+        await tree.load_objects(domain, [obj_id for obj_id, _ in old.seen])
+        if tree.renewed(domain, old.seen):
+            log.debug("the HDF5 view of %s is current again: its %d objects are unchanged",
+                      key or "/", len(old.seen))
+            self.renewed += 1
+            self._kept.move_to_end(key)
+            return old
+        if self._kept.get(key) is old:
+            del self._kept[key]
+            self._used -= old.cost
+        return None
+
     async def _plan(self, tree: Tree, domain: Domain) -> _Plan:
         started = time.monotonic()
+        self.plans += 1
         planner = _Planner(self, tree, domain)
         skeleton = await planner.plan()
         bound = await trio.to_thread.run_sync(size_bound, skeleton)
@@ -246,6 +278,7 @@ class H5Views:
 
     async def _build(self, domain: Domain, plan: _Plan) -> _Image:
         started = time.monotonic()
+        self.builds += 1
         async with self._thread:
             file = await trio.to_thread.run_sync(build_image, plan.skeleton, plan.bound)
         log.info("built the HDF5 view of %s: %d objects, %d bytes (%d written), %d left "
@@ -254,6 +287,11 @@ class H5Views:
         for line in file.left_out:
             log.info("HDF5 view of %s leaves out %s", domain.path or "/", line)
         return _Image(file, plan.seen, plan.sources)
+
+    @property
+    def used(self) -> int:
+        """Bytes of plans and images kept, as charged to ``IMAGE_BUDGET``."""
+        return self._used
 
     def _keep(self, key: Hashable, kept: _Plan | _Image) -> None:
         old = self._kept.pop(key, None)
@@ -334,6 +372,8 @@ class _Planner:
                 planned - self._asked_at >= ROOM_EVERY:
             self._asked_at = planned
             room = memory.room()
+            if room < planned * BUILD_BYTES:
+                room = memory.room(trim=True)
             if room < planned * BUILD_BYTES:
                 self._full = (f"building more would pass memory_limit="
                               f"{format_size(memory.limit)}")
