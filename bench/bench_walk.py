@@ -609,9 +609,10 @@ def check_view(case: WalkCase, view: Path) -> None:
             case.missing = [str(line) for line in f.attrs.get("h5mount_left_out", ())]
     except OSError as exc:
         case.missing = [f"could not check: {exc}"]
-    case.notes.append(f"the file holds {counted[0]:,} of the domain's "
-                      f"{case.objects - 1:,} objects below its root"
-                      + ("" if not case.missing else "; left out: " + "; ".join(case.missing)))
+    note = (f"the file holds {counted[0]:,} of the domain's {case.objects - 1:,} objects "
+            "below its root" + ("; left out: " + "; ".join(case.missing) if case.missing else ""))
+    log.info("%s: %s", case.label, note)
+    case.notes.append(note)
 
 
 def h5ls() -> list[str]:
