@@ -375,15 +375,23 @@ def same_description(a: AnyObject, b: AnyObject) -> bool:
     """True if ``a`` and ``b`` describe an object alike: the same kind, and
     every compared field equal but the chunk store, which a catalog makes
     anew each time it builds a dataset (two built from the same stored
-    description read the same chunks). Fields that cannot be compared (an
-    attribute holding an array) count as different."""
+    description read the same chunks); a NaN fill value equals a NaN.
+    Fields that cannot be compared (an attribute holding an array) count as
+    different."""
     if type(a) is not type(b):
         return False
     try:
-        return all(bool(getattr(a, f.name) == getattr(b, f.name))
+        return all(_equal(getattr(a, f.name), getattr(b, f.name))
                    for f in fields(a) if f.compare and f.name != "store")
     except (ValueError, TypeError):
         return False
+
+
+def _equal(x: Any, y: Any) -> bool:
+    if bool(x == y):
+        return True
+    return (isinstance(x, float | np.floating) and isinstance(y, float | np.floating)
+            and math.isnan(x) and math.isnan(y))
 
 
 @dataclass(frozen=True, slots=True)

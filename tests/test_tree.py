@@ -1083,6 +1083,8 @@ def test_objects_described_alike_are_the_same_but_for_a_new_chunk_store() -> Non
     array = dataclasses.replace(first, attrs=(Attribute("a", np.arange(3)),))
     assert not same_description(  # an array attribute does not compare: count it changed
         array, dataclasses.replace(again, attrs=(Attribute("a", np.arange(3)),)))
+    assert same_description(dataset("d-1", data, (3,), fill=math.nan),
+                            dataset("d-1", data, (3,), fill=math.nan))
     assert not same_description(group("g-1"), first)
     assert same_description(group("g-1", x=Link(LinkKind.SOFT, "/y")),
                             group("g-1", x=Link(LinkKind.SOFT, "/y")))
