@@ -37,7 +37,7 @@ from mountd.cache.chunkcache import ChunkCache
 from mountd.cache.memo import ENTRY_OVERHEAD
 from mountd.cache.metacache import CachedCatalog
 from mountd.errors import MountError, NotFound, StorageError
-from mountd.tree import Tree, groups, make_tree, meta
+from mountd.tree import Tree, groups, h5view, make_tree, meta
 from mountd.tree.datasets import DatasetDir
 from mountd.tree.groups import GroupDir
 from mountd.tree.names import display_name, escape, unescape
@@ -1088,3 +1088,47 @@ def test_objects_described_alike_are_the_same_but_for_a_new_chunk_store() -> Non
     assert not same_description(group("g-1"), first)
     assert same_description(group("g-1", x=Link(LinkKind.SOFT, "/y")),
                             group("g-1", x=Link(LinkKind.SOFT, "/y")))
+
+
+class _NoRoom:
+    """A memory limit with no room left: the fault a planner must stop at."""
+
+    limit = 1 << 20
+
+    def room(self, *, trim: bool = False) -> int:
+        return -1
+
+
+def test_a_view_out_of_memory_loads_a_wide_group_no_further_than_it_plans() -> None:
+    links = 3 * h5view.LOAD_WINDOW
+    objects: dict[str, AnyObject] = {f"g-{i}": group(f"g-{i}") for i in range(links)}
+    objects["g-root"] = group("g-root", **{f"n{i:05d}": hard(f"g-{i}") for i in range(links)})
+    domain = Domain("wide.h5", "g-root", 2.0)
+    loaded: list[str] = []
+
+    class Counting(MemoryCatalog):
+        async def get_objects(self, domain: Domain,
+                              obj_ids: Sequence[str]) -> list[AnyObject | MountError]:
+            loaded.extend(obj_ids)
+            return await super().get_objects(domain, obj_ids)
+
+    async def main() -> None:
+        views = h5view.H5Views()
+        inner = Counting({"wide.h5": domain}, objects, {})
+        catalog = CachedCatalog(inner, ttl=60.0)
+        tree = make_tree(catalog, h5views=views)
+        whole = await views.size(tree, domain)
+        assert views.plans == 1 and len(loaded) >= links
+        # The root changes in storage; the memory limit has no room left.
+        inner.objects["g-root"] = dataclasses.replace(objects["g-root"],
+                                                      attrs=(Attribute("v", 2),))
+        catalog.drop()
+        views.memory = _NoRoom()  # type: ignore[assignment]
+        loaded.clear()
+        cut = await views.size(tree, domain)
+        assert views.plans == 2 and views.renewed == 0 and cut < whole
+        # Full at its first ask for room (ROOM_EVERY objects), inside the first
+        # window: no other window of the group is loaded.
+        assert len(loaded) <= h5view.LOAD_WINDOW + 1
+
+    trio.run(main)

@@ -110,6 +110,10 @@ DEFAULT_INLINE = 64 << 20
 #: Objects planned between two asks for the memory limit's room; the first
 #: ones are planned without asking, so a small domain's file is never cut.
 ROOM_EVERY = 256
+#: Links of a group whose objects are loaded together before they are
+#: planned: a group of a million links is loaded no further than the file
+#: will hold.
+LOAD_WINDOW = 4096
 #: Bytes building one planned object adds to resident memory, rounded up: the
 #: bytes HDF5 writes for it, its parts, and what the build leaves in the heap.
 #: walk100k (100,000 small datasets): 353 MiB resident once planned, 506 MiB
@@ -244,17 +248,16 @@ class H5Views:
     async def _renewed(self, tree: Tree, domain: Domain) -> _Plan | _Image | None:
         """The kept plan or image of ``domain`` whose objects' time ran out,
         if reading them again (one listing of the domain, where the format
-        keeps one) hands out the same objects, or equal ones (an object first
-        read before the listing is read again): the domain did not change, so
-        the file is the same, and its length too, even for a reader that has
-        it open. Else it is dropped before the domain is planned anew, so
-        that planning has its memory back."""
+        keeps one) hands out the same objects, or ones that describe them
+        alike (an object first read before the listing is read again): the
+        domain did not change, so the file is the same, and its length too,
+        even for a reader that has it open. Else it is dropped before the
+        domain is planned anew, so that planning has its memory back."""
         key = domain.path
         old = self._kept.get(key)
         if old is None:
             return None
-        await tree.load_objects(domain, [obj_id for obj_id, _ in old.seen])
-        if tree.renewed(domain, old.seen):
+        if await self._unchanged(tree, domain, old.seen):
             log.debug("the HDF5 view of %s is current again: its %d objects are unchanged",
                       key or "/", len(old.seen))
             self.renewed += 1
@@ -264,6 +267,20 @@ class H5Views:
             del self._kept[key]
             self._used -= old.cost
         return None
+
+    @staticmethod
+    async def _unchanged(tree: Tree, domain: Domain, seen: list[tuple[str, AnyObject]]) -> bool:
+        """Whether ``seen`` (in the order planned, the root first) are all
+        unchanged, read again ``LOAD_WINDOW`` at a time, so that a change
+        found early (the root's) reads no further; the ones read again take
+        the old ones' places."""
+        for start in range(0, len(seen), LOAD_WINDOW):
+            part = seen[start:start + LOAD_WINDOW]
+            await tree.load_objects(domain, [obj_id for obj_id, _ in part])
+            if not tree.renewed(domain, part):
+                return False
+            seen[start:start + len(part)] = part
+        return tree.all_fresh(domain, seen)
 
     async def _plan(self, tree: Tree, domain: Domain) -> _Plan:
         started = time.monotonic()
@@ -335,14 +352,18 @@ class _Planner:
         queue: deque[tuple[ObjPath, Group]] = deque([(root, group)])
         while queue:
             op, group = queue.popleft()
-            if self._full is None:
-                await self.tree.load_objects(
-                    self.domain, [link.target for link in group.links.values()
-                                  if link.kind is LinkKind.HARD and link.target not in self.first])
-            for name, link in group.links.items():
-                child = await self._link(op, group, name, link)
-                if child is not None:
-                    queue.append(child)
+            links = list(group.links.items())
+            for start in range(0, len(links), LOAD_WINDOW):
+                window = links[start:start + LOAD_WINDOW]
+                if self._full is None:
+                    await self.tree.load_objects(
+                        self.domain, [link.target for _, link in window
+                                      if link.kind is LinkKind.HARD
+                                      and link.target not in self.first])
+                for name, link in window:
+                    child = await self._link(op, group, name, link)
+                    if child is not None:
+                        queue.append(child)
         for plan, obj in self._attrs:
             plan.attrs = [AttrPlan(a.name, await self._value(a.value), a.hdf5, a.shape)
                           for a in obj.attrs]
