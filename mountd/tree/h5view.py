@@ -264,8 +264,7 @@ class H5Views:
             self._kept.move_to_end(key)
             return old
         if self._kept.get(key) is old:
-            del self._kept[key]
-            self._used -= old.cost
+            self._forget(key)
         return None
 
     @staticmethod
@@ -310,10 +309,14 @@ class H5Views:
         """Bytes of plans and images kept, as charged to ``IMAGE_BUDGET``."""
         return self._used
 
-    def _keep(self, key: Hashable, kept: _Plan | _Image) -> None:
+    def _forget(self, key: Hashable) -> None:
+        """Drop what is kept of ``key``, if anything, and its charge."""
         old = self._kept.pop(key, None)
         if old is not None:
             self._used -= old.cost
+
+    def _keep(self, key: Hashable, kept: _Plan | _Image) -> None:
+        self._forget(key)
         self._kept[key] = kept
         self._used += kept.cost
         while self._used > IMAGE_BUDGET and len(self._kept) > 1:
@@ -392,15 +395,16 @@ class _Planner:
         elif (memory := self.views.memory) is not None and \
                 planned - self._asked_at >= ROOM_EVERY:
             self._asked_at = planned
+            need = planned * BUILD_BYTES
             room = memory.room()
-            if room < planned * BUILD_BYTES:
+            if room < need:
                 room = memory.room(trim=True)
-            if room < planned * BUILD_BYTES:
+            if room < need:
                 self._full = (f"building more would pass memory_limit="
                               f"{format_size(memory.limit)}")
                 log.info("the HDF5 view of %s stops at %d objects: %d MiB of room under "
                          "-o memory_limit, %d MiB to build them", self.domain.path or "/",
-                         planned, room >> 20, planned * BUILD_BYTES >> 20)
+                         planned, room >> 20, need >> 20)
         return self._full is not None
 
     def _add(self, op: ObjPath, obj: AnyObject, parent: str | None, name: str) -> ObjPlan:
