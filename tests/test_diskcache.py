@@ -9,7 +9,8 @@ import trio
 
 from layouts.storage import ByteRange
 from mountd.io.blockcache import BlockCache
-from mountd.io.diskcache import MIN_FREE_BYTES, DiskCache
+from mountd.io.direct import ALIGN
+from mountd.io.diskcache import FORMAT, MIN_FREE_BYTES, DiskCache
 from tests.test_blockcache import MemoryStore, payload
 
 BS = 4096
@@ -21,7 +22,7 @@ def plenty(path: str) -> tuple[int, int]:
 
 
 def files(root: Path) -> list[Path]:
-    return sorted(p for p in (root / "v1").glob("*/*") if p.is_file())
+    return sorted(p for p in (root / FORMAT).glob("*/*") if p.is_file())
 
 
 def block_file(root: Path, index: int) -> Path:
@@ -92,7 +93,8 @@ def test_after_the_ttl_disk_blocks_are_validated_again(tmp_path: Path) -> None:
 
 def test_size_cap_evicts_the_least_recently_used(tmp_path: Path) -> None:
     async def main() -> None:
-        disk = DiskCache(tmp_path, 3 * BS + 1500, free_space=plenty)
+        each = ALIGN + BS  # a block's file: its header padded to ALIGN, then its data
+        disk = DiskCache(tmp_path, 3 * each + 100, free_space=plenty)
         blocks = [payload(BS, seed=i) for i in range(5)]
         for i in range(3):
             await disk.put("mem://x/", "a", "e1", i, blocks[i])
@@ -102,10 +104,10 @@ def test_size_cap_evicts_the_least_recently_used(tmp_path: Path) -> None:
         assert await disk.get("mem://x/", "a", "e1", 1) is None
         assert disk.used <= disk.size and len(files(tmp_path)) == 3
         assert disk.stats.evictions == 1
-        again = DiskCache(tmp_path, 3 * BS + 1500, free_space=plenty)
+        again = DiskCache(tmp_path, 3 * each + 100, free_space=plenty)
         assert await again.get("mem://x/", "a", "e1", 3) == blocks[3]
         assert again.used == disk.used
-        smaller = DiskCache(tmp_path, BS + 500, free_space=plenty)
+        smaller = DiskCache(tmp_path, each + 100, free_space=plenty)
         await smaller.load()  # a smaller size than before: evicted down at start-up
         assert len(files(tmp_path)) == 1 and smaller.used <= smaller.size
     trio.run(main)
@@ -145,7 +147,7 @@ def test_free_space_is_left_on_the_file_system(tmp_path: Path) -> None:
             return limit["free"] - held, 10 * MIN_FREE_BYTES  # 5 % of that < 1 GiB floor
 
         disk = DiskCache(tmp_path, 1 << 30, free_space=free_space)
-        limit["free"] = MIN_FREE_BYTES + int(2.5 * (BS + 100))
+        limit["free"] = MIN_FREE_BYTES + int(2.5 * (ALIGN + BS))
         for i in range(3):
             await disk.put("mem://x/", "a", "e1", i, payload(BS, seed=i))
         # the third block fitted only after the first was evicted to make room
@@ -203,4 +205,27 @@ def test_settle_waits_for_queued_writes_and_gives_up_at_its_timeout(tmp_path: Pa
             assert await disk.settle(10.0)
             assert len(files(tmp_path)) == 5
             nursery.cancel_scope.cancel()
+    trio.run(main)
+
+
+def test_data_starts_aligned_and_an_older_layout_is_removed(tmp_path: Path) -> None:
+    """A block's data starts at a multiple of ``ALIGN`` in its file, so it is read
+    around the page cache; the directory of the layout before is removed at start-up
+    and nothing else in the cache directory is touched."""
+    async def main() -> None:
+        old = tmp_path / "v1" / "ab"
+        old.mkdir(parents=True)
+        (old / "ab00-0-00").write_bytes(b"an old block")
+        mine = tmp_path / "notes.txt"
+        mine.write_text("kept")
+        disk = DiskCache(tmp_path, 1 << 20, free_space=plenty)
+        data = payload(BS + 123)
+        await disk.put("mem://x/", "a", "e1", 0, data)
+        assert not (tmp_path / "v1").exists() and mine.read_text() == "kept"
+        (path,) = files(tmp_path)
+        raw = path.read_bytes()
+        assert len(raw) == ALIGN + len(data) and raw[ALIGN:] == data
+        got = await DiskCache(tmp_path, 1 << 20, free_space=plenty).get(
+            "mem://x/", "a", "e1", 0, bytearray)
+        assert isinstance(got, bytearray) and got == data
     trio.run(main)

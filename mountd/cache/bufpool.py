@@ -61,6 +61,10 @@ from collections import OrderedDict
 POOLED_MIN = 256 << 10
 #: Size classes per power of two.
 CLASSES_PER_DOUBLING = 4
+#: Slots are private anonymous memory: Python's default for ``mmap(-1, ...)`` is a
+#: shared mapping, whose pages come from shmem and cost about a third more to touch
+#: the first time (1.1-1.3 s per GiB against 0.76-0.94 on the test VM).
+_PRIVATE = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 
 
 def size_class(nbytes: int) -> int:
@@ -138,7 +142,7 @@ class BufferPool:
                 self.reused += 1
             else:
                 self._make_room(size)
-                slot = mmap.mmap(-1, size)
+                slot = mmap.mmap(-1, size, flags=_PRIVATE)
                 self.resident += size
                 self.peak_over = max(self.peak_over, self.over)
             self.in_use += size

@@ -392,7 +392,7 @@ class BlockCache:
             if (self.disk is not None and info is not None and obj is not None
                     and obj.info.etag == info.etag):
                 for i, pending in claimed.items():
-                    data = await self.disk.get(store.url, key, info.etag, i)
+                    data = await self.disk.get(store.url, key, info.etag, i, self._pool.buffer)
                     if data is None:
                         continue
                     if not prefetch:
@@ -593,7 +593,8 @@ class BlockCache:
         pooled copy of a large one, ``bytes`` of a small one (neither holds the
         response it was cut from)."""
         if self._table.fits(len(data)):
-            self.stats.evictions += self._table.put(ok, index, self._pool.copy(data))
+            kept = data if self._pool.owns(data) else self._pool.copy(data)
+            self.stats.evictions += self._table.put(ok, index, kept)
 
     # -- readahead -----------------------------------------------------------------------
 

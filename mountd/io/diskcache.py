@@ -1,11 +1,14 @@
 """The persistent block cache on disk (``-o cache_dir=DIR``, ``-o disk_cache_size=SIZE``).
 
-Owns the files below ``DIR/v1/`` and an in-memory index of them. Each block
+Owns the files below ``DIR/v2/`` and an in-memory index of them. Each block
 is one file ``HH/OBJECT-INDEX-ETAG``: OBJECT hashes the store URL and the key
 the block came from (HH is its first two digits, to keep directories small),
 INDEX is the block index and ETAG hashes the etag the block belongs to. A
 file holds a header (magic, CRC32 and length of the data, length of the
-meta), the meta (JSON ``[url, key, etag, index]``) and the data. The CRC32
+meta), the meta (JSON ``[url, key, etag, index]``), zeros up to the next
+multiple of ``mountd.io.direct.ALIGN``, and the data, which is therefore read
+around the page cache straight into the caller's buffer (``O_DIRECT``,
+``mountd.io.direct``): the memory caches hold those bytes already. The CRC32
 is zlib's, computed by libdeflate (``deflate.crc32``): 6 GiB/s on the 2-core
 test VM, where ``zlib.crc32`` (zlib 1.2.13) does 0.6 GiB/s and capped reads
 from the cache below that. libdeflate holds the GIL meanwhile (0.7 ms per
@@ -14,8 +17,9 @@ from the cache below that. libdeflate holds the GIL meanwhile (0.7 ms per
 - The index is rebuilt at start-up (``load``, run once on first use) by
   scanning the directory in a worker thread: names and sizes only, no reads.
   The LRU order comes from the files' mtimes, which a hit touches, so it
-  survives a remount. Any other file below ``v1/`` (a temporary file left by
-  a crash) is removed.
+  survives a remount. Any other file below ``v2/`` (a temporary file left by
+  a crash) is removed, and so is the directory of an older layout
+  (``OLD_FORMATS``).
 - ``get`` takes the etag the caller has validated: a block of another etag is
   stale, a miss, and removed. A file whose header, meta, length or CRC does
   not match is corrupt, a miss, and removed.
@@ -50,6 +54,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -61,13 +66,17 @@ from typing import Protocol, TypeVar
 import deflate
 import trio
 
+from mountd.io.direct import aligned, open_direct, read_into
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 #: Layout version: the subdirectory of ``cache_dir`` the files live in.
-FORMAT = "v1"
-MAGIC = b"h5mblk01"
+FORMAT = "v2"
+#: Subdirectories of earlier layouts, removed at start-up.
+OLD_FORMATS = ("v1",)
+MAGIC = b"h5mblk02"
 #: magic, CRC32 of the data, data length, meta length
 _HEADER = struct.Struct("<8sIQI")
 #: Keep at least this part of the file system free ...
@@ -207,7 +216,13 @@ class DiskCache:
             await self._unlink(victims)
 
     def _scan(self) -> list[tuple[int, IndexKey, str, int]]:
-        """(mtime, index key, name, size) of every block file, oldest first; removes the rest."""
+        """(mtime, index key, name, size) of every block file, oldest first; removes the
+        rest, and the directories of older layouts."""
+        for old in OLD_FORMATS:
+            path = self.root.parent / old
+            if path.is_dir() and not path.is_symlink():
+                log.info("disk cache: removing %s, written by an earlier version", path)
+                shutil.rmtree(path, ignore_errors=True)
         self.root.mkdir(parents=True, exist_ok=True)
         found = []
         with os.scandir(self.root) as subdirs:
@@ -308,25 +323,27 @@ class DiskCache:
         """The data of a block file (in ``into(length)`` if given), or None if it is not
         the block ``meta`` describes."""
         path = self.root / name
-        with open(path, "rb") as f:
-            head = f.read(_HEADER.size + len(meta))
-            if len(head) != _HEADER.size + len(meta):
+        start = _data_start(len(meta))
+        fd = open_direct(path)
+        try:
+            head = bytearray(start)
+            if read_into(fd, head, 0) != start:
                 return None
             magic, crc, length, meta_len = _HEADER.unpack_from(head)
-            if (magic != MAGIC or meta_len != len(meta) or head[_HEADER.size:] != meta
-                    or os.fstat(f.fileno()).st_size != len(head) + length):
+            if (magic != MAGIC or meta_len != len(meta)
+                    or head[_HEADER.size:_HEADER.size + meta_len] != meta
+                    or os.fstat(fd).st_size != start + length):
                 return None
-            if into is None:
-                data: bytes | bytearray | memoryview = f.read(length)
-            else:
-                data = into(length)
-                if f.readinto(data) != length:
-                    return None
-        if len(data) != length or deflate.crc32(data) != crc:
+            data: bytearray | memoryview = bytearray(length) if into is None else into(length)
+            if read_into(fd, data, start) != length:
+                return None
+        finally:
+            os.close(fd)
+        if deflate.crc32(data) != crc:
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # the LRU order that a remount reads back
-        return data
+        return bytes(data) if into is None else data
 
     # -- writing -------------------------------------------------------------------------
 
@@ -338,6 +355,7 @@ class DiskCache:
         name = self._name(ik, etag)
         meta = _meta(url, key, etag, index)
         head = _HEADER.pack(MAGIC, deflate.crc32(data), len(data), len(meta)) + meta
+        head += bytes(_data_start(len(meta)) - len(head))
         size = len(head) + len(data)
         if size > self.size:
             return
@@ -406,6 +424,11 @@ class DiskCache:
             tmp.unlink(missing_ok=True)
             raise
         return 0
+
+
+def _data_start(meta_len: int) -> int:
+    """Where the data of a block file starts, after its header and meta."""
+    return aligned(_HEADER.size + meta_len)
 
 
 def _meta(url: str, key: str, etag: str, index: int) -> bytes:
