@@ -21,6 +21,7 @@ from layouts.formats.hsds._chunks import ChunkSpec, HsdsChunkStore, filter_plan
 from layouts.hdf5._types import element_type, parse_type
 from layouts.model import ChunkIndex, Dataset
 from layouts.storage import Fetched
+from layouts.views import _npy
 from layouts.views._npy import NpyReader, NpyView
 from mountd.cache.chunkahead import AHEAD_CHUNKS
 from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
@@ -155,4 +156,69 @@ def test_npy_of_tiny_chunks_reads_in_batches_within_budget(tmp_path: Path, budge
         # (the entries it may add beyond the budget for a moment) and the reads
         assert peak <= budget + AHEAD_CHUNKS * (ENTRY_OVERHEAD + 300) + (8 << 20)
         assert math.prod(ds.shape or ()) == count
+    trio.run(main)
+
+
+def grid_store(tmp_path: Path, shape: tuple[int, int], chunks: tuple[int, int]
+               ) -> tuple[CountingStore, np.ndarray]:
+    """A 2-D float32 dataset stored as HSDS stores gzip chunks, and its values."""
+    values = np.arange(math.prod(shape), dtype="<f4").reshape(shape)
+    chunk_dir = tmp_path / DSET.chunk_dir()
+    chunk_dir.mkdir(parents=True)
+    blosc = numcodecs.Blosc(cname="zlib", clevel=1, shuffle=numcodecs.Blosc.SHUFFLE)
+    for i in range(shape[0] // chunks[0]):
+        for j in range(shape[1] // chunks[1]):
+            block = values[i * chunks[0]:(i + 1) * chunks[0], j * chunks[1]:(j + 1) * chunks[1]]
+            (chunk_dir / f"{i}_{j}").write_bytes(blosc.encode(np.ascontiguousarray(block)))
+    return CountingStore(tmp_path), values
+
+
+def test_a_sequential_npy_reader_copies_each_row_about_once_and_asks_per_chunk_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads of one size, shifted off the rows by the ``.npy`` header, each fall in
+    one band of rows (a band is counted from the read's first element, so no read
+    is left a part of a row short and gathered again); and once a chunk row was
+    asked for whole, the reads inside it do not list and ask for its chunks again."""
+    shape, chunks = (4096, 256), (64, 64)   # 4 MiB: rows of 1 KiB, chunk rows of 64 KiB
+    store, values = grid_store(tmp_path, shape, chunks)
+    tj = {"class": "H5T_FLOAT", "base": "H5T_IEEE_F32LE"}
+    ds = Dataset(id=DSET.id, shape=shape, maxshape=shape, type=element_type(tj, parse_type(tj)),
+                 chunks=chunks, fill_value=np.float32(0),
+                 store=HsdsChunkStore(store, DSET, shape, ChunkSpec(
+                     htype=parse_type(tj), etype=element_type(tj, parse_type(tj)),
+                     chunks=chunks, plan=filter_plan(GZIP))))
+    monkeypatch.setattr(_npy, "BAND_BYTES", 8 << 10)  # 8 rows: 4 reads of 2 KiB
+    copied: list[int] = []
+    real_fill = _npy.fill_box
+
+    def counting_fill(dest, *args):  # type: ignore[no-untyped-def]
+        copied.append(dest.nbytes)
+        real_fill(dest, *args)
+
+    monkeypatch.setattr(_npy, "fill_box", counting_fill)
+    asked: list[int] = []
+    real_prefetch = Tree.prefetch_chunks
+
+    def counting_prefetch(self, op, ds, indices):  # type: ignore[no-untyped-def]
+        asked.append(len(indices))
+        return real_prefetch(self, op, ds, indices)
+
+    monkeypatch.setattr(Tree, "prefetch_chunks", counting_prefetch)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            # a readahead window of 1 MiB (a quarter of the cache), shorter than
+            # the dataset, as a large array's window is
+            cache = ChunkCache(4 << 20, nursery)
+            tree = make_tree(catalog_with(x=ds), views=[NpyView()], chunk_cache=cache)
+            handle, parts = await read_npy(tree, 2 << 10)
+            nursery.cancel_scope.cancel()
+        data = b"".join(p for p in parts if isinstance(p, bytes))
+        assert len(parts) == -(-handle.size // (2 << 10)) and len(data) == handle.size
+        np.testing.assert_array_equal(
+            np.frombuffer(data[len(handle.header):], "<f4").reshape(shape), values)
+        # each band holds 8 rows and a part of one more: a row in 8 is copied twice
+        assert sum(copied) <= values.nbytes * 9 // 8 + (4 << 10), (sum(copied), values.nbytes)
+        # asked once or twice per chunk row (64 of them), not at each of the 2,049 reads
+        assert 0 < len(asked) <= 2 * shape[0] // chunks[0] + 2, asked
     trio.run(main)

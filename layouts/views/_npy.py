@@ -199,6 +199,9 @@ class NpyReader(Reader):
         self.readahead = ctx.readahead()
         #: First element not yet covered by an accepted prefetch.
         self.prefetched_to = 0
+        #: The last chunk row (index along the first grid dimension) every chunk of
+        #: which a prefetch of this sequential run accepted (-1: none).
+        self.asked_row = -1
         #: The chunk rows it holds when the chunk cache cannot (``_rowbands``).
         self.chunk_rows = ChunkRows(ctx, ds, self.item, self.fill) if self.shape else None
 
@@ -217,6 +220,7 @@ class NpyReader(Reader):
         if got is None:
             if not ahead:
                 self.prefetched_to = e1
+                self.asked_row = -1
             elif self.shape:
                 self._prefetch(e1, min(self.elements, e1 + -(-ahead // self.itemsize)), ahead)
             got = await self._elements(e0, e1, ahead)
@@ -242,14 +246,20 @@ class NpyReader(Reader):
             self._fill_chunk = np.full(self.ds.chunk_elements, self.fill, self.item).tobytes()
         return self._fill_chunk
 
-    def _band_end(self, r0: int, r1: int, inner: int, ahead: int) -> int:
-        """Where a band of rows from ``r0`` that holds rows up to ``r1`` ends: at
-        most ``ahead`` bytes of rows past ``r1`` and ``BAND_BYTES`` in all, cut at
-        a chunk boundary along the first dimension where that still holds ``r1``
-        (so it needs no chunks of the next chunk row)."""
+    def _band_end(self, e0: int, e1: int, inner: int, ahead: int) -> int:
+        """Where a band of whole rows for a read of elements ``[e0, e1)`` ends: it
+        holds the ``BAND_BYTES`` from ``e0`` on (fewer if ``ahead`` is less),
+        rounded up to a whole row, so that reads of one size following this one
+        are each inside one band (a band counted from its first row would end a
+        part of a row short of the fourth 1 MiB read when the ``.npy`` header
+        shifts the elements, and the next band would gather that read's rows
+        again); cut at a chunk boundary along the first dimension where that
+        still holds the read (so it needs no chunks of the next chunk row)."""
         c0 = self.ds.chunks[0]
-        row = inner * self.itemsize
-        end = r0 + max(1, min(BAND_BYTES, (r1 - r0) * row + ahead) // row)
+        r1 = -(-e1 // inner)
+        want = e0 + max(e1 - e0, min(BAND_BYTES, (e1 - e0) * self.itemsize + ahead)
+                        // self.itemsize)
+        end = -(-want // inner)
         aligned = end // c0 * c0
         b1 = aligned if aligned >= r1 else min(end, -(-r1 // c0) * c0)
         return min(max(b1, r1), self.shape[0])
@@ -272,7 +282,7 @@ class NpyReader(Reader):
         if band is not None and band[0] <= r0 and r1 <= band[1]:
             return band[2][e0 - band[0] * inner:e1 - band[0] * inner]
         if inner * self.itemsize <= BAND_ROW_BYTES or (r0 * inner, r1 * inner) == (e0, e1):
-            b1 = self._band_end(r0, r1, inner, ahead) if ahead else r1
+            b1 = self._band_end(e0, e1, inner, ahead) if ahead else r1
             rows = await self._gather([((r0, *(0,) * (len(self.shape) - 1)),
                                         (b1, *self.shape[1:]))])
             if b1 > r1:
@@ -333,6 +343,12 @@ class NpyReader(Reader):
             return
         # Bounds the list below; the chunks past it are asked for by later reads.
         e2 = min(e2, lo + AHEAD_CHUNKS * self.ds.chunk_elements)
+        # A steady reader's window mostly moves within chunk rows already asked
+        # for whole: nothing to ask (the same chunks would be listed and found).
+        unit = self.elements // self.shape[0] * self.ds.chunks[0]
+        if (e2 - 1) // unit <= self.asked_row:
+            self.prefetched_to = e2
+            return
         if self.runs:
             per = self.ds.chunk_elements
             rest = (0,) * (len(self.shape) - 1)
@@ -344,4 +360,12 @@ class NpyReader(Reader):
         room = min(AHEAD_CHUNKS, max(1, -(-ahead // self.ctx.chunk_cost(self.ds))))
         accepted = self.ctx.prefetch(self.ds, [index for index, _ in wanted[:room]])
         # What was refused or left out is asked for again by a later read, from here.
-        self.prefetched_to = wanted[accepted][1] if accepted < len(wanted) else e2
+        if accepted < len(wanted):
+            self.prefetched_to = wanted[accepted][1]
+            return
+        self.prefetched_to = e2
+        # Every chunk of a chunk row holding a whole row of the window was asked for.
+        inner = self.elements // self.shape[0]
+        last = e2 // inner - 1
+        if last * inner >= lo:
+            self.asked_row = max(self.asked_row, last // self.ds.chunks[0])
