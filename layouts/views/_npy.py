@@ -15,9 +15,10 @@ as in 1-D datasets of many tiny chunks), each chunk is one C-order run and
 the read is the needed parts of its chunks joined, with no per-chunk NumPy
 work. Otherwise, when a row (one index of the first dimension) is at most
 ``BAND_ROW_BYTES``, a read gathers whole rows, one box: a sequential reader
-gathers a band of the rows its readahead covers too (at most ``BAND_BYTES``,
-cut at a chunk row) and keeps that one band, so most of its reads are a
-slice of it, with no per-chunk work at all. Chunks that are not stored read
+gathers a band of the rows its readahead covers too (the ``BAND_BYTES`` from
+the read's first element, rounded up to a whole row, cut at a chunk row) and
+keeps that one band, so most of its reads are a slice of it, with no
+per-chunk work at all. Chunks that are not stored read
 as the fill value; a chunk that cannot be read fails the reads that need it
 (EIO) and no others.
 
@@ -38,7 +39,8 @@ chunk counting its cache entry's overhead too) and by ``AHEAD_CHUNKS``, so
 fetching and decoding run ahead of the kernel's requests without a window
 of tiny chunks meaning millions of them. A watermark (the first element not
 yet covered by an accepted prefetch) makes a steady reader ask only for the
-new part of the window.
+new part of the window, and not even that while the window moves inside
+chunk rows whose every chunk it already asked for (``asked_row``).
 
 Elements are copied as opaque ``V<itemsize>`` items, so every fixed-size
 type (compound, strings, references) is moved byte for byte in the dataset's
