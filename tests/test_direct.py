@@ -4,6 +4,7 @@ end of the file, and a file system that refuses ``O_DIRECT``."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 from pathlib import Path
@@ -77,3 +78,30 @@ def test_a_file_system_without_o_direct_gets_an_ordinary_descriptor(
 def test_other_errors_are_not_hidden(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         open_direct(tmp_path / "missing")
+
+
+def test_a_read_refused_with_o_direct_is_made_again_without_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some file systems take ``O_DIRECT`` at ``open`` and refuse the read."""
+    path, data = _file(tmp_path, 2 * ALIGN + 9)
+    real_preadv = os.preadv
+    direct_reads: list[bool] = []
+
+    def refusing(fd: int, buffers: list[memoryview], offset: int) -> int:
+        is_direct = bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT)
+        direct_reads.append(is_direct)
+        if is_direct:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(direct.os, "preadv", refusing)
+    fd = open_direct(path)
+    try:
+        if not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            pytest.skip("this file system refuses O_DIRECT at open already")
+        dest = memoryview(mmap.mmap(-1, aligned(len(data))))[:len(data)]
+        assert read_into(fd, dest, 0) == len(data) and bytes(dest) == data
+        assert not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT
+    finally:
+        os.close(fd)
+    assert direct_reads[0] and not any(direct_reads[1:])

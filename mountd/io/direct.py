@@ -13,7 +13,9 @@ aligned to the device's logical block; ``ALIGN`` (one page) covers every
 device Linux supports. ``read_into`` reads the aligned part of a buffer
 directly and the rest (a tail, or a whole buffer at an unaligned address)
 through a page-aligned scratch buffer, so any buffer works. A file system
-that refuses ``O_DIRECT`` gets an ordinary descriptor, read the same way.
+that refuses ``O_DIRECT`` gets an ordinary descriptor, read the same way;
+one that takes it at ``open`` but refuses the read (``EINVAL``) has the flag
+taken off the descriptor and the read made again.
 
 Concurrency: no shared state but one scratch buffer per thread
 (``threading.local``); every function may run in any worker thread.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import mmap
 import os
 import threading
@@ -63,6 +66,19 @@ def _address(buf: memoryview) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
+def _pread(fd: int, buf: memoryview, offset: int) -> int:
+    """``os.preadv`` of one buffer, made again without ``O_DIRECT`` if the file
+    system refuses it for this read."""
+    try:
+        return os.preadv(fd, [buf], offset)
+    except OSError as exc:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        if exc.errno != errno.EINVAL or not flags & os.O_DIRECT:
+            raise
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+    return os.preadv(fd, [buf], offset)
+
+
 def read_into(fd: int, dest: bytearray | memoryview, offset: int) -> int:
     """Read up to ``len(dest)`` bytes at ``offset`` (a multiple of ``ALIGN``) into
     ``dest`` (writable); how many were read, fewer only at the end of the file."""
@@ -71,13 +87,13 @@ def read_into(fd: int, dest: bytearray | memoryview, offset: int) -> int:
     got = 0
     if want >= ALIGN and _address(view) % ALIGN == 0:
         whole = want - want % ALIGN
-        got = os.preadv(fd, [view[:whole]], offset)
+        got = _pread(fd, view[:whole], offset)
         if got < whole:
             return got
     scratch = _scratch()
     while got < want:
         piece = min(len(scratch), aligned(want - got))
-        n = os.preadv(fd, [scratch[:piece]], offset + got)
+        n = _pread(fd, scratch[:piece], offset + got)
         take = min(n, want - got)
         view[got:got + take] = scratch[:take]
         got += take
