@@ -10,6 +10,7 @@ import math
 import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numcodecs
 import numpy as np
@@ -28,6 +29,7 @@ from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.errors import Corrupt, MountError
 from mountd.io.local import LocalStore
 from mountd.tree import Tree, make_tree
+from mountd.tree.paths import ObjPath
 from mountd.tree.viewnodes import ViewHandle
 from tests.test_tree import catalog_with, walk
 
@@ -191,7 +193,7 @@ def test_a_sequential_npy_reader_copies_each_row_about_once_and_asks_per_chunk_r
     copied: list[int] = []
     real_fill = _npy.fill_box
 
-    def counting_fill(dest, *args):  # type: ignore[no-untyped-def]
+    def counting_fill(dest: np.ndarray, *args: Any) -> None:
         copied.append(dest.nbytes)
         real_fill(dest, *args)
 
@@ -199,7 +201,8 @@ def test_a_sequential_npy_reader_copies_each_row_about_once_and_asks_per_chunk_r
     asked: list[int] = []
     real_prefetch = Tree.prefetch_chunks
 
-    def counting_prefetch(self, op, ds, indices):  # type: ignore[no-untyped-def]
+    def counting_prefetch(self: Tree, op: ObjPath, ds: Dataset,
+                          indices: Sequence[ChunkIndex]) -> int:
         asked.append(len(indices))
         return real_prefetch(self, op, ds, indices)
 
