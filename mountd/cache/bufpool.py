@@ -61,10 +61,13 @@ from collections import OrderedDict
 POOLED_MIN = 256 << 10
 #: Size classes per power of two.
 CLASSES_PER_DOUBLING = 4
-#: Slots are private anonymous memory: Python's default for ``mmap(-1, ...)`` is a
-#: shared mapping, whose pages come from shmem and cost about a third more to touch
-#: the first time (1.1-1.3 s per GiB against 0.76-0.94 on the test VM).
-_PRIVATE = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+
+
+def private_map(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of private anonymous memory. Python's default for ``mmap(-1, ...)``
+    is a shared mapping, whose pages come from shmem and cost about a third more to
+    touch the first time (1.1-1.3 s per GiB against 0.76-0.94 on the test VM)."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 def size_class(nbytes: int) -> int:
@@ -142,7 +145,7 @@ class BufferPool:
                 self.reused += 1
             else:
                 self._make_room(size)
-                slot = mmap.mmap(-1, size, flags=_PRIVATE)
+                slot = private_map(size)
                 self.resident += size
                 self.peak_over = max(self.peak_over, self.over)
             self.in_use += size
@@ -168,6 +171,13 @@ class BufferPool:
         buf = self.take(len(data))
         buf[:] = data
         return buf
+
+    def keep(self, data: bytes | bytearray | memoryview) -> bytes | memoryview:
+        """``data`` as a cache keeps it: itself if it is a buffer this pool handed
+        out, else ``copy``."""
+        if isinstance(data, memoryview) and self.owns(data):
+            return data
+        return self.copy(data)
 
     def trim(self) -> None:
         """Unmap waiting slots until the pool is within ``limit`` or none wait: for a

@@ -313,8 +313,7 @@ class ChunkCache:
         if size > self.budget:
             return value
         if value is not None and self.pool.pooled(len(value)):
-            kept = value if self.pool.owns(value) else self.pool.copy(value)
-            value = memoryview(kept).toreadonly()
+            value = memoryview(self.pool.keep(value)).toreadonly()
         self._items[key] = value
         self.used += size
         # The entry just stored is newest: it stays even while reservations overdraw.

@@ -593,8 +593,7 @@ class BlockCache:
         pooled copy of a large one, ``bytes`` of a small one (neither holds the
         response it was cut from)."""
         if self._table.fits(len(data)):
-            kept = data if self._pool.owns(data) else self._pool.copy(data)
-            self.stats.evictions += self._table.put(ok, index, kept)
+            self.stats.evictions += self._table.put(ok, index, self._pool.keep(data))
 
     # -- readahead -----------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ import mmap
 import os
 import threading
 
+from mountd.cache.bufpool import private_map
+
 #: Alignment of offsets, lengths and addresses for ``O_DIRECT``.
 ALIGN = mmap.PAGESIZE
 #: The scratch buffer of each thread, for parts that are not aligned.
@@ -57,8 +59,7 @@ def open_direct(path: str | os.PathLike[str]) -> int:
 def _scratch() -> memoryview:
     buf = getattr(_local, "scratch", None)
     if buf is None:
-        buf = _local.scratch = memoryview(
-            mmap.mmap(-1, SCRATCH, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
+        buf = _local.scratch = memoryview(private_map(SCRATCH))
     return buf
 
 
