@@ -20,7 +20,7 @@ import trio
 from layouts.formats.hsds import _ids as hsds_ids
 from layouts.formats.hsds._chunks import ChunkSpec, HsdsChunkStore, filter_plan
 from layouts.hdf5._types import element_type, parse_type
-from layouts.model import ChunkIndex, Dataset
+from layouts.model import ChunkIndex, Dataset, Domain
 from layouts.storage import Fetched
 from layouts.views import _npy
 from layouts.views._npy import NpyReader, NpyView
@@ -29,7 +29,7 @@ from mountd.cache.chunkcache import ENTRY_OVERHEAD, ChunkCache
 from mountd.errors import Corrupt, MountError
 from mountd.io.local import LocalStore
 from mountd.tree import Tree, make_tree
-from mountd.tree.paths import ObjPath
+from mountd.tree.paths import ObjPath, root_path
 from mountd.tree.viewnodes import ViewHandle
 from tests.test_tree import catalog_with, walk
 
@@ -161,8 +161,8 @@ def test_npy_of_tiny_chunks_reads_in_batches_within_budget(tmp_path: Path, budge
     trio.run(main)
 
 
-def grid_store(tmp_path: Path, shape: tuple[int, int], chunks: tuple[int, int]
-               ) -> tuple[CountingStore, np.ndarray]:
+def grid_dataset(tmp_path: Path, shape: tuple[int, int], chunks: tuple[int, int]
+                 ) -> tuple[Dataset, np.ndarray]:
     """A 2-D float32 dataset stored as HSDS stores gzip chunks, and its values."""
     values = np.arange(math.prod(shape), dtype="<f4").reshape(shape)
     chunk_dir = tmp_path / DSET.chunk_dir()
@@ -172,7 +172,14 @@ def grid_store(tmp_path: Path, shape: tuple[int, int], chunks: tuple[int, int]
         for j in range(shape[1] // chunks[1]):
             block = values[i * chunks[0]:(i + 1) * chunks[0], j * chunks[1]:(j + 1) * chunks[1]]
             (chunk_dir / f"{i}_{j}").write_bytes(blosc.encode(np.ascontiguousarray(block)))
-    return CountingStore(tmp_path), values
+    tj = {"class": "H5T_FLOAT", "base": "H5T_IEEE_F32LE"}
+    etype = element_type(tj, parse_type(tj))
+    ds = Dataset(id=DSET.id, shape=shape, maxshape=shape, type=etype, chunks=chunks,
+                 fill_value=np.float32(0),
+                 store=HsdsChunkStore(CountingStore(tmp_path), DSET, shape, ChunkSpec(
+                     htype=parse_type(tj), etype=etype, chunks=chunks,
+                     plan=filter_plan(GZIP))))
+    return ds, values
 
 
 def test_a_sequential_npy_reader_copies_each_row_about_once_and_asks_per_chunk_row(
@@ -182,13 +189,7 @@ def test_a_sequential_npy_reader_copies_each_row_about_once_and_asks_per_chunk_r
     is left a part of a row short and gathered again); and once a chunk row was
     asked for whole, the reads inside it do not list and ask for its chunks again."""
     shape, chunks = (4096, 256), (64, 64)   # 4 MiB: rows of 1 KiB, chunk rows of 64 KiB
-    store, values = grid_store(tmp_path, shape, chunks)
-    tj = {"class": "H5T_FLOAT", "base": "H5T_IEEE_F32LE"}
-    ds = Dataset(id=DSET.id, shape=shape, maxshape=shape, type=element_type(tj, parse_type(tj)),
-                 chunks=chunks, fill_value=np.float32(0),
-                 store=HsdsChunkStore(store, DSET, shape, ChunkSpec(
-                     htype=parse_type(tj), etype=element_type(tj, parse_type(tj)),
-                     chunks=chunks, plan=filter_plan(GZIP))))
+    ds, values = grid_dataset(tmp_path, shape, chunks)
     monkeypatch.setattr(_npy, "BAND_BYTES", 8 << 10)  # 8 rows: 4 reads of 2 KiB
     copied: list[int] = []
     real_fill = _npy.fill_box
@@ -224,4 +225,33 @@ def test_a_sequential_npy_reader_copies_each_row_about_once_and_asks_per_chunk_r
         assert sum(copied) <= values.nbytes * 9 // 8 + (4 << 10), (sum(copied), values.nbytes)
         # asked once or twice per chunk row (64 of them), not at each of the 2,049 reads
         assert 0 < len(asked) <= 2 * shape[0] // chunks[0] + 2, asked
+    trio.run(main)
+
+
+def test_a_version_learnt_past_the_end_of_its_period_is_still_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Tree.data_version`` gives the version learnt in the period it was asked
+    in, even when learning it (a listing, on slow storage) outlasts that period.
+    It gave None then, so a view's size recorded under the version was not
+    looked up and a table was counted again (``test_mount_viewsizes``' slow S3
+    case failed about one run in five)."""
+    ds, _ = grid_dataset(tmp_path, (1024, 256), (64, 64))   # 1 MiB: versioned
+    tree = make_tree(catalog_with(x=ds))
+    period = [0]
+    monkeypatch.setattr(tree, "epoch", lambda: period[0])
+    listing = HsdsChunkStore.version
+
+    async def outlasting(self: HsdsChunkStore) -> Any:
+        stored = await listing(self)
+        period[0] += 1   # the period ends while the listing is under way
+        return stored
+
+    monkeypatch.setattr(HsdsChunkStore, "version", outlasting)
+    op = root_path(Domain("f.h5", "g-root", 2.0)).child("x", ds.id)
+
+    async def main() -> None:
+        first = await tree.data_version(op, ds)
+        assert isinstance(first, bytes) and period[0] == 1
+        # learnt again in the next period, storage unchanged: the same version
+        assert await tree.data_version(op, ds) == first and period[0] == 2
     trio.run(main)

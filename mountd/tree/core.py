@@ -260,8 +260,11 @@ class Tree:
         epoch it means the same in every mount."""
         if self._unversioned(ds):
             return None
-        await self.data_epoch(op, ds)
-        version = self.data_epochs.version((op.domain.path, ds.id), self.epoch())
+        # The period the version is learnt in, taken once: learning it may outlast
+        # the period, and the next one has learnt none yet.
+        key, period = (op.domain.path, ds.id), self.epoch()
+        await self.data_epochs.data_epoch(key, period, lambda: _version(ds))
+        version = self.data_epochs.version(key, period)
         return version if isinstance(version, bytes) else None
 
     def known_data_epoch(self, op: ObjPath, ds: Dataset) -> Hashable | None:
